@@ -2328,6 +2328,35 @@ def stderr_line(text: str) -> None:
     sys.stderr.flush()
 
 
+#: this package's folder: the frames of its files are skipped by :func:`user_stacklevel`
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` of :func:`warnings.warn` that names the first caller outside this package.
+
+    Counted from the function that calls this one (``1``) outward, skipping every frame of a file of this package (a
+    decorator's wrapper, a shared implementation, another public function): a warning of degenerate input then
+    points at the user's call whatever path led to it (in earlier versions fixed ``stacklevel`` values counted one
+    path, and ``calibration_metrics`` or ``quality_estimates`` warned from inside the package). Python 3.12's
+    ``skip_file_prefixes`` does this too; the package supports 3.10.
+
+    Returns:
+        The level (at least 1).
+
+    Example:
+        >>> import warnings
+        >>> def check():  # in a user's module: the warning names its caller
+        ...     warnings.warn("example", UserWarning, stacklevel=user_stacklevel() + 1)
+    """
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
 def warn_nan(message: str, stacklevel: int = 3) -> float:
     """Emit a ``UserWarning`` for degenerate but valid input and return NaN."""
     warnings.warn(message, UserWarning, stacklevel=stacklevel)

@@ -24,6 +24,7 @@ Core-only imports (aggregation), so any adapter (nnU-Net, the report) can import
 from __future__ import annotations
 
 import re
+import unicodedata
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -124,24 +125,33 @@ def case_score_columns(
 def region_suffix(name: str) -> str:
     """The column suffix of a region (``dice_<suffix>``, ``<measure>_<score>_<suffix>``).
 
+    Letters and digits of every script are kept, as :func:`~monai_unc.evaluation.config.slug` keeps them for class
+    columns, so that regions named in a hospital's own language (``"水肿"``, ``"Отёк"``) name distinct columns; an
+    ASCII name gives the column of earlier versions (which kept ASCII letters and digits only, refusing a name without
+    any and dropping the other letters: ``"Ödem"`` gave ``dem``).
+
     Args:
         name: the region name.
 
     Returns:
-        The region name with every run of characters other than letters and digits replaced by ``_`` and leading /
-        trailing ``_`` stripped, case kept (``WT`` -> ``dice_WT``, ``whole tumour`` -> ``dice_whole_tumour``).
+        The region name NFKC-normalised (full-width ``"Ｔ２"`` as ``"T2"``), with every run of characters other than
+        letters, digits and their marks (accents, vowel signs) replaced by ``_`` and leading / trailing ``_``
+        stripped, case kept (``WT`` -> ``dice_WT``, ``whole tumour`` -> ``dice_whole_tumour``, ``水肿 2`` ->
+        ``dice_水肿_2``).
 
     Raises:
-        ValueError: ``name`` has no ASCII letter or digit (a name in another script, e.g. ``水肿``).
+        ValueError: ``name`` has no letter or digit (e.g. ``"--"``).
 
     Example:
-        >>> region_suffix("WT"), region_suffix("whole tumour")
-        ('WT', 'whole_tumour')
+        >>> region_suffix("WT"), region_suffix("whole tumour"), region_suffix("Ödem"), region_suffix("水肿 2")
+        ('WT', 'whole_tumour', 'Ödem', '水肿_2')
     """
-    out = re.sub(r"[^0-9a-zA-Z]+", "_", str(name)).strip("_")
+    text = unicodedata.normalize("NFKC", str(name))
+    kept = "".join(c if c != "_" and (c.isalnum() or unicodedata.category(c).startswith("M")) else "_" for c in text)
+    out = re.sub(r"_+", "_", kept).strip("_")
     if not out:
-        raise ValueError(f"regions: the region name {name!r} has no ASCII letter or digit to name its columns (the "
-                         "columns keep A-Z, a-z and 0-9 only): give it a name with some, e.g. 'edema'")
+        raise ValueError(f"regions: the region name {name!r} has no letter or digit to name its columns: give it a "
+                         "name with some, e.g. 'edema'")
     return out
 
 
@@ -158,8 +168,8 @@ def region_suffixes(names: Iterable[str]) -> list[str]:
         One suffix per region, in order.
 
     Raises:
-        ValueError: a name without an ASCII letter or digit, or two names with the same suffix (e.g. ``"whole tumor"``
-            and ``"whole-tumor"``).
+        ValueError: a name without a letter or digit, or two names with the same suffix (e.g. ``"whole tumor"``
+            and ``"whole-tumor"``, or ``"T2"`` and the full-width ``"Ｔ２"``).
 
     Example:
         >>> region_suffixes(["whole tumor", "TC"])

@@ -58,7 +58,6 @@ from .config import (
     check_risk_options,
     dice_columns,
     parse_score_column,
-    region_suffix,
 )
 from .products import cohort_products, fit_products, implicit_products, product_summaries
 from .region_case import QU_BRATS_COLUMNS
@@ -1077,8 +1076,10 @@ def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: 
     except ValueError:  # not a case score of this package's measures: the column as it is named
         base = score_key
     per_region: dict[str, Any] = {}
-    for name in names:
-        s = region_suffix(name)
+    # the rows of an evaluation written by an earlier version, whose region columns kept ASCII letters and digits
+    # only ("Ödem 2" -> dice_dem_2), are read as written
+    suffixes = [c[len("dice_"):] for c in dice_columns(0, regions=names, columns=rows[0] if rows else None)]
+    for name, s in zip(names, suffixes):
         d = column_values(rows, f"dice_{s}")
         block: dict[str, Any] = {"column_suffix": s, "labels": list(state.regions[name]),
                                  "dice": {"mean": _nanmean(d), "median": float(np.median(d)) if d.size else None}}
@@ -1183,7 +1184,20 @@ def config_from_summary(summary: Mapping[str, Any], rows: Sequence[Mapping[str, 
         warnings.warn(f"summary.json records an empty class name (class_names{blank}): read as 'class', the name of "
                       "its column dice_class (new evaluations refuse empty names)", UserWarning, stacklevel=2)
         options["class_names"] = ["class" if i in blank else n for i, n in enumerate(names)]
-    cfg = EvaluationConfig(**options)
+    try:
+        cfg = EvaluationConfig(**options)
+    except ValueError as e:
+        if not str(e).startswith("class_names: the names"):
+            raise
+        # recorded names of one column: an evaluation written before the columns kept every script's letters
+        # (NFKC, review 68) named their columns apart ("T2": dice_t2, "Ｔ２": dice_class); found by review 69: the
+        # refusal said what a new evaluation is told, nothing of the folder or of what to do with it
+        base = str(e).removesuffix("; give each class a name of its own")
+        raise ValueError(f"{base}. An earlier version, whose columns kept ASCII letters and digits only, evaluated "
+                         "these classes into columns apart, which cannot be told apart under these names: evaluate "
+                         "the cases again into a new folder (monai-unc evaluate --output NEW) with --class-names "
+                         "giving each class a name of its own (this folder's metrics.csv stays readable as a "
+                         "table)") from None
     if budget is not None:
         cfg.budget = float(budget)
     # a risk option without a target in effect would be ignored (found by hostile testing: report --delta exited 0)

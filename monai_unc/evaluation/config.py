@@ -102,6 +102,15 @@ def _former_slug(name: str) -> str:
     return re.sub(r"[^0-9a-zA-Z]+", "_", str(name)).strip("_").lower() or "class"
 
 
+def _former_region_suffix(name: str) -> str | None:
+    """The :func:`region_suffix` of versions that kept ASCII letters and digits only (``"Ödem 2"`` -> ``"dem_2"``).
+
+    None where they refused the name (no ASCII letter or digit). What an evaluation written by such a version named
+    the region's columns after; read back by :func:`dice_columns`.
+    """
+    return re.sub(r"[^0-9a-zA-Z]+", "_", str(name)).strip("_") or None
+
+
 def dice_columns(num_classes: int, class_names: Sequence[Any] | None = None,
                  regions: Iterable[str] | None = None, columns: Collection[str] | None = None) -> list[str]:
     """The per-class (or per-region) Dice columns of ``metrics.csv``: what ``dice.per_class`` of the summary reads.
@@ -113,6 +122,7 @@ def dice_columns(num_classes: int, class_names: Sequence[Any] | None = None,
         columns: the columns of a table read back (None: the columns an evaluation writes). A class whose column is
             not among them, but whose column under the naming of earlier versions (ASCII letters and digits only:
             ``"Ödem"`` -> ``dice_dem``) is, gets that one: an evaluation written by such a version is read as written.
+            Likewise a region's (:func:`region_suffix`).
 
     Returns:
         ``dice_<slug(class)>`` of classes ``1 .. C-1``, or ``dice_<region_suffix(R)>`` of each region.
@@ -124,7 +134,13 @@ def dice_columns(num_classes: int, class_names: Sequence[Any] | None = None,
         (['dice_ödem'], ['dice_dem'])
     """
     if regions is not None:
-        return [f"dice_{region_suffix(r)}" for r in regions]
+        regions = [str(r) for r in regions]
+        out = [f"dice_{region_suffix(r)}" for r in regions]
+        if columns is not None:
+            present = set(columns)
+            former = [f"dice_{f}" if (f := _former_region_suffix(r)) is not None else c for r, c in zip(regions, out)]
+            out = [f if c not in present and f in present and former.count(f) == 1 else c for c, f in zip(out, former)]
+        return out
     names = [str(n) for n in class_names] if class_names else [str(c) for c in range(num_classes)]
     out = [f"dice_{slug(names[c])}" for c in range(1, num_classes)]
     if columns is not None:
@@ -291,8 +307,18 @@ class EvaluationConfig:
         """Refuse class names of which two give the same columns (``dice_<slug>``; :func:`slug`)."""
         slugs = [slug(n) for n in names]
         if len(set(slugs)) != len(slugs):  # one column (dice_<class>, ...) would overwrite another's
+            # each column of two or more names, with the names and their classes (found by review 69: the message
+            # listed every name and column, and said neither which two met nor why "T2" and "Ｔ２" do)
+            by_column: dict[str, list[int]] = {}
+            for i, s in enumerate(slugs):
+                by_column.setdefault(s, []).append(i)
+            shared = [" and ".join(f"{names[i]!r} (class {i})" for i in idx) + f" are both dice_{col}"
+                      for col, idx in by_column.items() if len(idx) > 1]
             raise parameter_error(
-                ValueError(f"class_names: the names {list(names)} give the same column names {slugs}"),
+                ValueError(f"class_names: the names {list(names)} give the same column names {slugs}: "
+                           + "; ".join(shared[:3]) + (f"; and {len(shared) - 3} more" if len(shared) > 3 else "")
+                           + " (a column keeps a name's letters and digits, NFKC-normalised and "
+                           "lower-cased: full-width 'Ｔ２' is 't2'); give each class a name of its own"),
                 "class_names")
 
     @property

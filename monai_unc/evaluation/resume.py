@@ -323,6 +323,9 @@ def case_config_fingerprint(config: EvaluationConfig) -> dict[str, Any]:
         out["class_columns"] = dice_columns(len(names), names)
     if config.regions is not None:  # as [name, labels] pairs: the channel order matters (dicts compare unordered)
         out["regions"] = [[k, list(v)] for k, v in dict(config.regions).items()]
+        if not all(str(k).isascii() for k in dict(config.regions)):
+            # likewise a region's columns ("Ödem": dice_Ödem, not dice_dem as earlier versions named them)
+            out["region_columns"] = dice_columns(0, regions=list(dict(config.regions)))
     return json.loads(json.dumps(out))
 
 

@@ -37,8 +37,11 @@ for their bytes there, while MONAI's buffers and the maps keep the input's. The 
   ``C b`` when ``i != b``) beside the rows done so far, and at the end the rows and their stack (``2 C b`` per window
   voxel): ``V_w ((C + 1)(b + i) / k + max(C i / k + [i != b] C b / k + C b (k - 1) / k, 2 C b))``, counted instead of
   the probabilities when larger (the activations are freed and the probabilities made from the stack afterwards).
-  One sample at a time: the number of transforms does not enter. The transforms' own temporaries (a resampling grid,
-  a cast of the row to the grid's dtype: ``RandAffine``'s inverse resamples in float64) are not counted beyond the
+  Under shared passes a replay of ``k_s`` samples returns ``k_s k`` rows, inverted once the replay's stochastic tensors
+  are freed: the kept shared activations ``V_w s``, the samples' logits ``k_s V_w C b`` and the inversion above with
+  ``k_s k`` rows; the larger of that and the replay counts (not their sum). One sample (or replay batch) at a time:
+  the number of transforms does not enter. The transforms' own temporaries (a resampling grid, a cast of the row to
+  the grid's dtype: ``RandAffine``'s inverse resamples in float64) are not counted beyond the
   filled-in row, which outlives them: an upper bound when a window's first sample is inverted before its running
   sums exist (one transform: up to 18 % above the peak in one pass), measured 5 % below to 8 % above for 2-4 transforms;
 - **ensembles** (``M`` members, looped outside the sliding window): while a later member's windows are stitched into
@@ -278,7 +281,9 @@ def estimate_memory(
             float64 for ``RandAffine`` (its inverse resamples on a float64 grid, MONAI 1.6); None: no such
             transforms. Each sample's output is inverted one window at a time, beside the logits: a copy with a
             channel of ones, the inverse, the filled-in and the stacked outputs (module docstring); it counts instead
-            of the probabilities when it is larger. The number of transforms does not enter (one sample at a time).
+            of the probabilities when it is larger, and with shared passes (``sample_batch``) instead of the replay
+            when it is larger, the ``sample_batch`` samples' outputs inverted after their replay. The number of
+            transforms does not enter (one sample, or replay batch, at a time).
 
     Returns:
         A :class:`MemoryEstimate` (bytes).
@@ -389,17 +394,18 @@ def estimate_memory(
     sums = vw * a * (c + e + q)
     work = logits + max(vw * network_bytes_per_voxel, vw * c * (pb + temporaries))
     k = sample_batch
+    inverting = 0.0
     if inverse_dtype is not None:
         # invertible transforms (tta._apply_inverted): once the network has returned, each of its k * batch output rows
-        # (one window of one sample) is inverted in turn beside the logits: the row with a channel of ones
+        # (one window of one sample) is inverted in turn beside the k samples' logits: the row with a channel of ones
         # (C + 1 channels, output dtype), its inverse (C + 1, inverse dtype), the filled-in row (C, inverse dtype) and
-        # its copy in the output dtype; the rows done so far, and their stack (the sample's output) at the end.
-        # The network's activations are freed by then, and the probabilities are made from the stack afterwards
+        # its copy in the output dtype; the rows done so far, and their stack (the samples' output) at the end.
+        # The network's activations (and a replay's stochastic tensors) are freed by then, and the probabilities are
+        # made from the stack afterwards
         ib = _nbytes(inverse_dtype)
         row = vw / batch
         restore = row * c * ib + (row * c * ob if ib != ob else 0) + (k * vw - row) * c * ob
-        inversion = row * (c + 1) * (ob + ib) + max(restore, 2 * k * vw * c * ob)
-        work = max(work, logits + inversion)
+        inverting = k * logits + row * (c + 1) * (ob + ib) + max(restore, 2 * k * vw * c * ob)
     # shared passes: the kept shared activations, and a replay batch of k samples: each sample's stochastic tensors
     # (its logits among them: one sample's logits are counted above), its copy of the kept activations that the
     # stochastic rest reads, its probabilities (k - 1 beyond the one above)
@@ -416,6 +422,11 @@ def estimate_memory(
         replay = replay_working_bytes(k, rows, vw * stochastic_bytes_per_voxel, logits, vw * c * pb,
                                       copied=vw * copied, first_copies=vw * shared_bytes_per_voxel)
         work += vw * shared_bytes_per_voxel + max(replay - logits - vw * c * pb, 0)
+    if inverse_dtype is not None:
+        # the inversion follows the replay, beside the kept shared activations: the larger of the two counts, not
+        # their sum (found by review 69: under shared passes the estimate added them, 13 % above the measured peak
+        # with 9 samples replayed 4 at a time and two transforms, 72^3 voxels, 36^3 windows, 32 classes)
+        work = max(work, vw * shared_bytes_per_voxel + inverting)
     # the kept samples' probabilities (per voxel; an ensemble member's windows keep their share of them): during the
     # last sample, the earlier ones (the last one's probabilities are counted above); at the window's end, their list
     # and their concatenation

@@ -103,6 +103,7 @@ from .._utils import (
     sum_f64,
     to_numpy,
     to_tensor,
+    user_stacklevel,
 )
 from ..keys import LEGACY_REGION_ESTIMATE, UncertaintyKeys
 from ..product import format_level
@@ -223,7 +224,7 @@ def _warn_single_sample(n_s: int, what: str) -> None:
     """Warn that one sample's agreement with itself (Dice / IoU 1, CV 0) carries no information."""
     if n_s == 1:
         warnings.warn(f"{what}: a single sample agrees with itself; the estimate carries no information about the "
-                      "segmentation's quality", UserWarning, stacklevel=3)
+                      "segmentation's quality", UserWarning, stacklevel=user_stacklevel())
 
 
 # ---------------------------------------------------------------------------------------------- batch estimates
@@ -271,7 +272,7 @@ def pairwise_dice(
     classes = _classes(c, include_background)
     if n_s < 2:
         warnings.warn("pairwise_dice: a single sample has no pair; the agreement is undefined (NaN)", UserWarning,
-                      stacklevel=2)
+                      stacklevel=user_stacklevel())
         nan = torch.full((b, c + 1), float("nan"), dtype=torch.float64, device=s.device)
         return _split(nan, classes, samples)
     # (B, S, N), one byte per voxel and sample
@@ -394,12 +395,12 @@ def _cv(volumes: torch.Tensor, ddof: int, what: str) -> torch.Tensor:
     bad = mean == 0
     if n_s - ddof <= 0:
         warnings.warn(f"{what}: {n_s} sample(s) with ddof={ddof} leave no degrees of freedom (NaN)", UserWarning,
-                      stacklevel=3)
+                      stacklevel=user_stacklevel())
         return torch.full_like(mean, float("nan"))
     std = (v - mean).pow(2).sum(dim=0).div(n_s - ddof).sqrt()
     if bool(bad.any()):
         warnings.warn(f"{what}: {int(bad.sum())} class volume(s) are 0 in every sample; the CV is undefined (NaN)",
-                      UserWarning, stacklevel=3)
+                      UserWarning, stacklevel=user_stacklevel())
     return torch.where(bad, torch.full_like(mean, float("nan")), std / torch.where(bad, torch.ones_like(mean), mean))
 
 
@@ -547,12 +548,12 @@ def _expected_dice_values(p: torch.Tensor, empty_score: float, soft_only: bool) 
         if math.isnan(empty_score) and bool(absent.any()):
             warnings.warn(f"expected_dice: {int(absent.sum())} class(es) the segmentation does not hold gave NaN "
                           "(empty_score=nan scores a reference that holds none of them either)", UserWarning,
-                          stacklevel=4)
+                          stacklevel=user_stacklevel())
     undefined = ~torch.isfinite(den[:, :c]).all(dim=1)  # every class's sum holds every voxel of the case
     if bool(undefined.any()):
         q[undefined] = float("nan")
         warnings.warn(f"expected_dice: the probabilities of {int(undefined.sum())} case(s) hold NaN or inf: their "
-                      "expected Dice is undefined (NaN)", UserWarning, stacklevel=4)
+                      "expected Dice is undefined (NaN)", UserWarning, stacklevel=user_stacklevel())
     return q
 
 
@@ -735,7 +736,7 @@ def _class_quality(
     if s.shape[0] < 2:
         warnings.warn("quality_estimates: a single sample agrees with itself; the sample-agreement estimates "
                       "(pairwise_dice, dice_to_mean, sample_iou, volume_cv) carry no information and are left out",
-                      UserWarning, stacklevel=3)
+                      UserWarning, stacklevel=user_stacklevel())
         return res
     for name, q in (("pairwise_dice", pairwise_dice(s, empty_score=empty_score, validate=False, **kw)),
                     ("dice_to_mean", dice_to_mean(s, empty_score=empty_score, validate=False, **kw)),
@@ -1218,7 +1219,7 @@ def conformal_interval(
         >>> round(iv.quantile, 3), iv.low.round(3).tolist(), iv.high.round(3).tolist()
         (0.084, [0.846, 0.516], [1.0, 0.684])
     """
-    return conformal_interval_core(estimate, calibration_estimates, calibration_truths, alpha, bounds, stacklevel=3)
+    return conformal_interval_core(estimate, calibration_estimates, calibration_truths, alpha, bounds)
 
 
 def conformal_interval_core(
@@ -1230,7 +1231,6 @@ def conformal_interval_core(
     *,
     few_warning: bool = True,
     nan_warning: bool = True,
-    stacklevel: int = 2,
 ) -> ConformalInterval:
     """:func:`conformal_interval`, whose warnings of too few calibration cases or undefined estimates may be left out.
 
@@ -1247,7 +1247,6 @@ def conformal_interval_core(
         bounds: as :func:`conformal_interval`.
         few_warning: warn when the calibration cases are too few for a finite interval (``True``) or not.
         nan_warning: warn of undefined (NaN) estimates (``True``) or not.
-        stacklevel: the warnings' ``stacklevel`` as seen from this function (2: its caller).
 
     Returns:
         :class:`ConformalInterval`, as :func:`conformal_interval`.
@@ -1273,17 +1272,17 @@ def conformal_interval_core(
         raise ValueError(f"calibration_truths hold {int(outside.sum())} value(s) outside bounds ({lo:g}, {hi:g}), the "
                          f"range of the truth (e.g. {float(t[outside].reshape(-1)[0])!r}); give the truths in the "
                          "bounds' units or pass bounds=")
-    # stacklevel: the warnings point at the caller's line, of conformal_interval or of this function (found by hostile
-    # review 69: a direct call's pointed one frame above it)
+    # the warnings name the user's call, of conformal_interval or of this function (a direct call's pointed one frame
+    # above it before)
     q, n = conformal_quantile_core(calibration_estimates, calibration_truths, alpha, few_warning=few_warning,
-                                   stacklevel=stacklevel + 1)
+                                   stacklevel=user_stacklevel() + 1)  # as seen from conformal_quantile_core
     e = _real_values(estimate, "estimate")
     if np.isinf(e).any():
         raise ValueError(f"estimate holds {int(np.isinf(e).sum())} infinite value(s); an estimate is a number or NaN "
                          "(undefined)")
     if nan_warning and np.isnan(e).any():
         warnings.warn(f"{int(np.isnan(e).sum())} undefined estimate(s): their conformal interval is undefined (NaN)",
-                      UserWarning, stacklevel=stacklevel)
+                      UserWarning, stacklevel=user_stacklevel())
     with np.errstate(invalid="ignore"):
         # widened outward by a bound on the rounding of the residuals and of e -/+ q: the guarantee is about the
         # residual |truth - e| <= q as computed, and fl(e - q) can lie above a truth whose residual ties with q
@@ -1301,5 +1300,5 @@ def conformal_interval_core(
     if empty.any():
         warnings.warn(f"{int(empty.sum())} estimate(s) lie outside bounds ({lo:g}, {hi:g}) by more than the quantile "
                       f"{q:.4g}: no truth in the bounds is within it (an estimate in other units than the truths?); "
-                      "their conformal interval is undefined (NaN)", UserWarning, stacklevel=stacklevel)
+                      "their conformal interval is undefined (NaN)", UserWarning, stacklevel=user_stacklevel())
     return ConformalInterval(low, high, q, n, float(alpha))

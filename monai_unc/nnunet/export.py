@@ -594,7 +594,7 @@ def record_case_scores(maps: dict[str, np.ndarray], segmentation: np.ndarray, pa
         tumor`` -> ``whole_tumor``), flattened to ``<measure>_<score>[_<R>]`` columns in the table.
 
     Raises:
-        ValueError: a region name without an ASCII letter or digit, or two region names with the same suffix.
+        ValueError: a region name without a letter or digit, or two region names with the same suffix.
 
     Example:
         >>> seg = np.zeros((4, 4, 4), np.int64); seg[:2] = 1

@@ -41,6 +41,7 @@ import hashlib
 import json
 import os
 import re
+import unicodedata
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -617,9 +618,10 @@ def product_section(section: ReportSection, key: str) -> Markup:
     if section.cards:
         parts.append(cards([(str(label), str(value)) for label, value in section.cards]))
     if section.anchor:  # the product's own id (letters, digits, "-", "_")
-        anchor = str(section.anchor) if re.fullmatch(r"[A-Za-z][\w-]*", str(section.anchor)) else _slug(section.anchor)
+        given = str(section.anchor)
+        anchor = given if re.fullmatch(r"[A-Za-z][\w-]*", given) else _anchor(given)
     else:  # a registered product's name is an identifier: kept as it is
-        anchor = f"product-{key if key.isidentifier() else _slug(key)}"
+        anchor = f"product-{key if key.isidentifier() else _anchor(key)}"
     tables = list(section.tables)
     if section.table_head:
         tables.insert(0, ReportTable(section.table_head, section.table_rows))
@@ -635,13 +637,13 @@ def product_section(section: ReportSection, key: str) -> Markup:
                            for i, v in enumerate(row)],
                    **{f"data_{_slug(str(k)).replace('-', '_')}": str(v) for k, v in extra.items()})
                 for row, extra in zip(t.rows, data)]
-        key_id = f"{anchor}-{_slug(str(t.key))}" if t.key else None
+        key_id = f"{anchor}-{_anchor(str(t.key))}" if t.key else None
         parts.append(scroll_box(table([str(h) for h in t.head], rows, left=[str(t.head[0])] if t.head else (),
                                       id=key_id), str(t.title or section.title),
                                 "wide"))  # scrolls sideways inside a narrow (zoomed) page
     for key, heading, text in section.banners:
         parts.append(el("div", el("b", str(heading)), " ", str(text), class_="banner",
-                        id=f"{anchor}-{_slug(str(key))}"))
+                        id=f"{anchor}-{_anchor(str(key))}"))
     return el("section", *parts, id=anchor, class_="product")
 
 
@@ -1122,7 +1124,7 @@ def _write_report(evaluation: Path, out_dir: Path, budget: float | None, images:
             plot_qu_brats_curves(curves["thresholds"], curves["mean_over_cases"]))
     for name, hist in state.region_histograms.items():
         cal = summary["regions"]["per_region"][name]["calibration"]
-        add(f"reliability-{_slug(name)}", f"Reliability diagram, region {name} (pooled)",
+        add(f"reliability-{_anchor(name)}", f"Reliability diagram, region {name} (pooled)",
             f"The region's probability of every voxel against the frequency of the region, from its merged binary "
             f"histograms; boxes: per-case spread. Pooled all-label ECE {format_value(cal['all_label_ece'], 4)} (the "
             f"diagram's), top-label ECE {format_value(cal['ece'], 4)} (the region table's).",
@@ -1353,6 +1355,31 @@ def _recorded_figures(fig_dir: Path) -> set[str]:
 
 def _slug(name: str) -> str:
     return re.sub(r"[^0-9a-zA-Z]+", "_", name).strip("_") or "region"
+
+
+#: the longest non-ASCII anchor in UTF-8 bytes before it is cut and told apart by a digest (it names a figure file too)
+_ANCHOR_BYTES = 120
+
+
+def _anchor(name: str) -> str:
+    """The part of an element id (and figure file name) that stands for ``name``: unique and non-empty for any name.
+
+    An ASCII name keeps the id of earlier versions (every run of characters other than ASCII letters and digits as
+    ``_``, ``region`` when nothing is left). Another name keeps its letters, digits and marks of every script, and
+    every other character is written as ``-<hex code point>-``: escaped by construction, so two names never share an
+    id (found by review 69: the ASCII rule gave the Japanese or Hebrew region names ``水肿`` and ``浮肿`` both
+    ``reliability-region``, one figure file and one id for both, and links jumped to the first), and the id holds a
+    non-ASCII letter or a ``-`` that no ASCII name's id holds. One longer than :data:`_ANCHOR_BYTES` is cut and ends
+    with a digest of the name.
+    """
+    name = str(name)
+    if name.isascii():
+        return _slug(name)
+    out = "".join(c if c.isalnum() or unicodedata.category(c).startswith("M") else f"-{ord(c):x}-" for c in name)
+    if len(out.encode()) > _ANCHOR_BYTES:
+        cut = out.encode()[:_ANCHOR_BYTES - 17].decode(errors="ignore")
+        out = f"{cut}-{hashlib.sha256(name.encode()).hexdigest()[:16]}"
+    return out
 
 
 def read_metrics_csv(path: str | os.PathLike) -> list[dict[str, str]]:

@@ -105,14 +105,14 @@ def test_case_metric_names():
 
 
 @pytest.mark.parametrize("name, suffix", [
-    ("WT", "WT"), ("whole tumour", "whole_tumour"), ("  a--b  ", "a_b"), ("ET/2", "ET_2"), ("Ödem", "dem"),
-    (3, "3"),
+    ("WT", "WT"), ("whole tumour", "whole_tumour"), ("  a--b  ", "a_b"), ("ET/2", "ET_2"), ("Ödem", "Ödem"),
+    (3, "3"), ("水肿", "水肿"), ("Отёк 2", "Отёк_2"), ("Ｔ２", "T2"), ("ÄÖ", "ÄÖ"),
 ])
 def test_region_suffix(name, suffix):
     assert region_suffix(name) == suffix
 
 
-@pytest.mark.parametrize("name", ["", "--", " / ", "ÄÖ"])
+@pytest.mark.parametrize("name", ["", "--", " / ", "・、"])
 def test_region_suffix_refuses_a_name_without_letters_or_digits(name):
     with pytest.raises(ValueError, match="regions: the region name"):
         region_suffix(name)
@@ -192,3 +192,35 @@ def test_to_json():
     assert "case_metric_names" not in d and "products" not in d and "shifts" not in d
     assert d["budget"] == 0.2 and d["measure"] is None and not any(k.startswith("conformal") for k in d)
     assert config.shifts == {"a": "none"}  # to_json does not change the config
+
+
+def test_region_suffix_keeps_every_scripts_letters_as_slug_does():
+    """Found by review 69: ``region_suffix`` kept ASCII letters and digits only, while ``slug`` (the class columns)
+    keeps every script's: a region named in another script was refused (``水肿``), and two such names with one ASCII
+    part shared a column (``水肿 1`` and ``浮肿 1`` both ``1``: refused as a collision), or lost letters (``Ödem`` ->
+    ``dem``). ASCII names keep the columns of earlier versions byte for byte; an evaluation written by one of them
+    (``Ödem 2`` -> ``dice_dem_2``) is read as written."""
+    from monai_unc.evaluation.config import dice_columns, slug
+    from monai_unc.scores import region_suffixes
+
+    ascii_names = ["WT", "TC", "ET", "whole tumour", "  a--b  ", "ET/2", "left_atrium", "a__b", "x\\ty", "A-1_b.2"]
+    pinned = ["WT", "TC", "ET", "whole_tumour", "a_b", "ET_2", "left_atrium", "a_b", "x_ty", "A_1_b_2"]
+    assert [region_suffix(n) for n in ascii_names] == pinned
+    assert region_suffixes(["水肿 1", "浮肿 1", "מיימת", "Ödem"]) == ["水肿_1", "浮肿_1", "מיימת", "Ödem"]
+    # the letters slug keeps, case kept
+    for name in ["水肿 2", "Отёк", "Ödem", "नमस्ते", "Ｔ２ flair"]:
+        assert region_suffix(name).lower() == slug(name), name
+    with pytest.raises(ValueError, match="same column names"):
+        region_suffixes(["T2", "Ｔ２"])  # NFKC: one spelling
+    # an evaluation written by an earlier version: its columns read as written; a new one's as now
+    old = ["case", "dice", "dice_dem_2", "dice_WT"]
+    assert dice_columns(0, regions=["Ödem 2", "WT"], columns=old) == ["dice_dem_2", "dice_WT"]
+    assert dice_columns(0, regions=["Ödem 2", "WT"], columns=["dice_Ödem_2", "dice_WT"]) == ["dice_Ödem_2", "dice_WT"]
+    assert dice_columns(0, regions=["水肿", "None"], columns=["dice_None"]) == ["dice_水肿", "dice_None"]
+    # resuming such an evaluation computes a case of a non-ASCII region again (its saved row has the former columns);
+    # the fingerprint of ASCII regions is unchanged
+    from monai_unc.evaluation.resume import case_config_fingerprint
+
+    assert "region_columns" not in case_config_fingerprint(EvaluationConfig(regions={"WT": [1, 2], "ET": [2]}))
+    got = case_config_fingerprint(EvaluationConfig(regions={"Ödem 2": [1, 2], "ET": [2]}))
+    assert got["region_columns"] == ["dice_Ödem_2", "dice_ET"]

@@ -174,13 +174,13 @@ def test_run_evaluate_passes_an_empty_measure_list_on_as_no_map(monkeypatch, tmp
     assert seen["measures"] == []
 
 
-def test_a_region_name_without_ascii_letters_is_refused_saying_so():
-    """The refusal said the name '水肿' 'has no letter or digit' (it has two letters, no ASCII one)."""
+def test_a_region_name_without_ascii_letters_names_its_columns():
+    """The refusal said the name '水肿' 'has no letter or digit' (it has two letters, no ASCII one); since review 69
+    region columns keep the letters of every script, as the class columns (``slug``) do."""
     from monai_unc.evaluation import region_suffix
 
-    with pytest.raises(ValueError, match="no ASCII letter or digit"):
-        region_suffix("水肿")
-    assert region_suffix("Ödem 2") == "dem_2"
+    assert region_suffix("水肿") == "水肿"
+    assert region_suffix("Ödem 2") == "Ödem_2"
 
 
 def test_ignore_unclaimed_labels_needs_regions():

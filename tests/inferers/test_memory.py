@@ -251,6 +251,7 @@ def measure(mode):
     net = network(0)
     members = [net, network(1), network(2)] if mode == "ensemble" else []
     opts = {"legacy": {"accum_dtype": torch.float64, "class_variance": True}, "shared": {"sample_batch_size": 4},
+            "shared_transforms": {"sample_batch_size": 4},
             "shared_rows": {"sample_batch_size": 8},
             "kept": {"keep_samples": True}, "sw_batch": {"share_passes": False},
             "one_pass": {"share_passes": False}}.get(mode, {})
@@ -261,10 +262,16 @@ def measure(mode):
             return torch.softmax(base(x, net), 1)
         if mode == "ensemble":
             return EnsembleInferer(members, base_inferer=base)(x)
-        if mode == "transforms":  # MONAI invertible transforms: RandAffine's inverse returns float64
+        if mode in ("transforms", "shared_transforms"):  # MONAI invertible transforms: RandAffine's inverse is float64
             from monai.transforms import RandAffine, Rotate90, Zoom
             ts = [Rotate90(1, (0, 1)), RandAffine(prob=1.0, rotate_range=(0.2,) * 3, padding_mode="zeros"), Zoom(1.2)]
-            return TTAInferer(flip_axes=(), transforms=ts, base_inferer=base, seed=0)(x, net)
+            if mode == "transforms":
+                return TTAInferer(flip_axes=(), transforms=ts, base_inferer=base, seed=0)(x, net)
+            # MC dropout beside deterministic ones under shared passes (a random transform draws anew on every call:
+            # its samples run as full passes): each transformed window's 5 samples, traced one and replayed 4
+            from monai_unc.inferers import InvertibleTransformSource, MCDropoutSource, UncertaintyInferer
+            sources = [MCDropoutSource(5), InvertibleTransformSource([Rotate90(1, (0, 1)), Zoom(1.2)])]
+            return UncertaintyInferer(sources, base_inferer=base, seed=0, **opts)(x, net)
         return MCDropoutInferer(num_samples=9 if mode.startswith("shared") else 3, base_inferer=base, seed=0,
                                 **opts)(x, net)
     terms = {"kept_samples": 3} if mode == "kept" else {}
@@ -285,6 +292,8 @@ def measure(mode):
                  "copied_bytes_per_voxel": passes.copied_bytes / w.numel()}
         if windows > 1:
             terms.update(sw_batch_size=windows, overlap=0.25)
+        if mode == "shared_transforms":
+            terms["inverse_dtype"] = torch.float32  # Zoom's inverse returns float32
     with torch.no_grad():
         run(torch.randn(1, 1, 12, 12, 12), 6)  # load every code path first: the peak below is the case's own
         x = torch.randn(1, 1, size, size, size)
@@ -302,7 +311,7 @@ def measure(mode):
 print(json.dumps({mode: measure(mode) for mode in modes}))
 """
 MODES = ("defaults", "legacy", "stock", "shared", "shared_rows", "kept", "sw_batch", "ensemble", "one_pass",
-         "transforms")
+         "transforms", "shared_transforms")
 
 
 def _measure_peaks() -> dict:
@@ -336,7 +345,9 @@ def test_estimate_memory_within_15_percent_of_measured_peak():
     held while the next member is stitched, were not counted, -37 %) and ``one_pass`` (``SimpleInferer``: the network's
     activations were counted beside the probabilities, which exist only after they are freed, and in the final phase
     as well, +24 %) and ``transforms`` (review 68: three MONAI invertible transforms; the copies of each output row
-    that its inversion makes were left out, -27 %).
+    that its inversion makes were left out, -27 %) and ``shared_transforms`` (review 69: MC dropout beside two
+    invertible transforms under shared passes, replays of four samples; the replay and the inversion after it were
+    added, +13 %).
 
     One test for the modes, not one per mode: the measurement is one process, and pytest-xdist would otherwise
     hand the modes to both workers, one of which then waits (about 35 s) for the other's measurement."""
@@ -425,3 +436,29 @@ def test_estimate_memory_counts_the_inversion_of_invertible_transforms():
         estimate_memory(shape, c, inverse_dtype=torch.int64)
     with pytest.raises(ValueError, match="inverse_dtype"):
         estimate_memory(shape, c, roi_size=(24, 24, 24), stock=True, inverse_dtype=torch.float32)
+
+
+def test_estimate_memory_counts_the_inversion_after_a_replay_not_beside_it():
+    """Found by review 69: with MC dropout beside MONAI invertible transforms under shared passes, a replay's
+    stochastic tensors are freed before its ``k`` outputs are inverted, but the estimate added the replay to the
+    inversion (13 % above the measured peak: 9 samples replayed 4 at a time, two transforms; the measured mode
+    ``shared_transforms`` above). The inversion phase holds the kept shared activations, the ``k`` samples' logits and
+    one row's inversion beside the rows done; the window counts the larger phase."""
+    shape, roi, c = (48, 48, 48), (40, 40, 40), 32
+    vw = 40**3
+    kw = {"roi_size": roi, "fused_update": True, "sample_batch": 4, "shared_bytes_per_voxel": 64.0,
+          "stochastic_bytes_per_voxel": 160.0, "copied_bytes_per_voxel": 0.0}
+    plain = estimate_memory(shape, c, roi_size=roi, fused_update=True)
+    shared = estimate_memory(shape, c, **kw)
+    both = estimate_memory(shape, c, inverse_dtype=torch.float32, **kw)
+    assert plain.phase == shared.phase == both.phase == "stitching"
+    logits = probs = 4 * c  # per window voxel
+    replay = 4 * (160 + 4 * c)  # four samples' stochastic tensors and probabilities
+    assert shared.parts["window"] - plain.parts["window"] == vw * (64 + replay - logits - probs)
+    # the k = 4 samples' logits, one row of C + 1 channels and its inverse, then the rows done and their stack
+    inverting = 4 * logits + (c + 1) * 8 + 2 * 4 * 4 * c
+    assert both.parts["window"] - plain.parts["window"] == vw * (max(64 + replay, 64 + inverting) - logits - probs)
+    # one sample per replay: the replay of one sample and the inversion of one output, as without shared passes
+    one = estimate_memory(shape, c, inverse_dtype=torch.float32, **{**kw, "sample_batch": 1})
+    assert one.parts["window"] - plain.parts["window"] == vw * (64 + max(160 + 4 * c, logits + (c + 1) * 8 + 2 * 4 * c)
+                                                                 - logits - probs)

@@ -56,7 +56,8 @@ def test_record_columns_are_the_evaluate_columns_with_the_same_values(tmp_path):
 
 
 @pytest.mark.parametrize("names, match", [(["whole tumor", "whole-tumor"], "same column names"),
-                                          (["whole", "水肿"], "no ASCII letter or digit")])
+                                          (["T2", "Ｔ２"], "same column names"),
+                                          (["whole", "・"], "no letter or digit")])
 def test_region_names_without_distinct_columns_are_refused(names, match):
     maps, seg = _case()
     regions = dict(zip(names, ([1, 2, 3], [3])))

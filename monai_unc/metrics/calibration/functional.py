@@ -16,7 +16,16 @@ import numpy as np
 import torch
 
 from ..._deprecation import deprecated_arg_names
-from ..._utils import ArrayLike, check_bool, check_integer, probability_tolerance, sum_f64, to_tensor, warn_nan
+from ..._utils import (
+    ArrayLike,
+    check_bool,
+    check_integer,
+    probability_tolerance,
+    sum_f64,
+    to_tensor,
+    user_stacklevel,
+    warn_nan,
+)
 from .histogram import DEFAULT_FINE_BINS, ConfidenceHistogram, coarse_bin_index
 
 __all__ = [
@@ -65,14 +74,12 @@ def _bin_stats(
     min_bin_count: int,
     error: bool,
     warn: bool = True,
-    stacklevel: int = 4,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Coarse bins of ``(..., 2, F)`` histograms: counts, weights, mean value, frequency, kept mask.
 
     ``frequency`` is the weighted fraction with ``r = 1`` (or ``r = 0`` with ``error=True``); mean value and
     frequency are NaN in dropped bins (count below ``max(1, min_bin_count)`` or zero weight). ``warn``: warn when
-    ``n_bins`` does not divide ``F`` (once per call of a metric, not per block of cases), ``stacklevel`` as seen from
-    here (4: the caller of a decorated public function that calls this one).
+    ``n_bins`` does not divide ``F`` (once per call of a metric, not per block of cases), at the user's call.
     """
     n_fine = counts.shape[-1]
     if warn and n_fine % n_bins:
@@ -80,7 +87,7 @@ def _bin_stats(
             f"n_bins={n_bins} does not divide n_fine_bins={n_fine}: coarse bin edges are rounded to the fine "
             f"grid (shift < 1/{n_fine}); choose a divisor for exact binning",
             UserWarning,
-            stacklevel=stacklevel,
+            stacklevel=user_stacklevel(),  # the user's call, whichever public function (and wrapper) led here
         )
     n2 = _coarsen(counts, n_bins)
     w2 = _coarsen(wcounts, n_bins)
@@ -143,16 +150,15 @@ def _histogram_from(
     return hist.update(p, target, weights=weights, mask=mask)
 
 
-def _finish(values: torch.Tensor, per_case: bool, ref: Any, caller: str, reason: str, nan_warning: bool = True,
-            stacklevel: int = 4) -> Any:
+def _finish(values: torch.Tensor, per_case: bool, ref: Any, caller: str, reason: str, nan_warning: bool = True) -> Any:
     """Pooled: float (or a ``(C,)`` array); per case: array following ``ref``'s library; NaN warns (``nan_warning``).
 
-    ``stacklevel``: the NaN warning's, as seen from :func:`warn_nan`.
+    The NaN warning names the user's call.
     """
     n_nan = int(torch.isnan(values).sum())
     if n_nan and nan_warning:
         what = f"{n_nan} of {values.numel()} values" if values.numel() > 1 else "the value"
-        warn_nan(f"{caller}: {what} is NaN: {reason}", stacklevel=stacklevel)
+        warn_nan(f"{caller}: {what} is NaN: {reason}", stacklevel=user_stacklevel() + 1)  # + warn_nan's frame
     if not per_case:
         values = values[0]
         if values.ndim == 0:
@@ -210,12 +216,10 @@ def _calibration_error(
     ref: Any = None,
     nan_warning: bool = True,
     rounding_warning: bool = True,
-    stacklevel: int = 4,
 ) -> Any:
     """The single implementation behind ECE, classwise/all-label ECE, ACE, MCE and UCE.
 
     ``rounding_warning=False`` leaves out the warning that ``n_bins`` does not divide the fine bins (said already).
-    ``stacklevel``: the warnings', as seen from here (4: the caller of a decorated public function that calls this).
     """
     _check_bins(n_bins, min_bin_count)
     hist = _histogram_from(x, target, weights, mask, per_case, n_fine_bins, caller, kind == "uncertainty")
@@ -226,7 +230,6 @@ def _calibration_error(
         counts, wcounts, sums = _rows(hist, kind, views)
         _, m, mean_value, freq, kept = _bin_stats(
             counts, wcounts, sums, n_bins, min_bin_count, kind == "uncertainty", warn=block == 0 and rounding_warning,
-            stacklevel=stacklevel + 1,
         )
         values = _reduce_gaps(m, (freq - mean_value).abs(), kept, reduction)
         if kind == "classwise":
@@ -238,7 +241,7 @@ def _calibration_error(
     values = torch.cat(parts) if len(parts) > 1 else parts[0]
     return _finish(
         values, per_case, x if ref is None else ref, caller,
-        f"no bin holds at least max(1, min_bin_count={min_bin_count}) voxels", nan_warning, stacklevel + 2,
+        f"no bin holds at least max(1, min_bin_count={min_bin_count}) voxels", nan_warning,
     )  # fmt: skip
 
 
@@ -620,7 +623,7 @@ def _probs_with_one_hot(u: torch.Tensor, t: torch.Tensor) -> bool:
 
 def _scalar_metric(
     x: Any, target: Any, per_case: bool, weights: Any, mask: Any, n_fine_bins: int, which: int, caller: str,
-    nan_warning: bool = True, stacklevel: int = 4,
+    nan_warning: bool = True,
 ) -> Any:
     """NLL or Brier (scalar ``which``): its weighted sum over the weight of the voxels that hold probabilities.
 
@@ -635,7 +638,7 @@ def _scalar_metric(
         total = wcounts[:, c].sum((-2, -1))
         parts.append(torch.where(total > 0, scalars[:, which] / torch.where(total > 0, total, 1.0), float("nan")))
     return _finish(torch.cat(parts), per_case, x, caller,
-                   "no voxel with probabilities (or zero total weight) in the case", nan_warning, stacklevel + 2)
+                   "no voxel with probabilities (or zero total weight) in the case", nan_warning)
 
 
 @deprecated_arg_names({"x": "probs", "labels": "target"})
@@ -920,7 +923,7 @@ def calibration_metrics(
         0.1986
     """
     return calibration_metrics_core(hist, metrics, n_bins=n_bins, min_bin_count=min_bin_count, per_case=per_case,
-                                    include_background=include_background, stacklevel=3)
+                                    include_background=include_background)
 
 
 #: the ``(kind, reduction)`` of each binned metric of :data:`CALIBRATION_METRICS` read from a histogram (their
@@ -941,7 +944,6 @@ def calibration_metrics_core(
     include_background: bool = True,
     nan_warning: bool = True,
     rounding_warning: bool = True,
-    stacklevel: int = 2,
 ) -> dict[str, Any]:
     """:func:`calibration_metrics`, whose warnings of NaN values or rounded bin edges the caller may leave out.
 
@@ -962,7 +964,6 @@ def calibration_metrics_core(
         rounding_warning: warn, once per call (not once per binned metric), that ``n_bins`` does not divide the
             histogram's fine bins (``True``), or not (a caller that has said it already, such as
             :class:`~monai_unc.metrics.CalibrationMetric`, which says it once per metric object).
-        stacklevel: the warnings' ``stacklevel`` as seen from this function (2: its caller's line).
 
     Returns:
         ``{name: float}`` pooled, or ``{name: (n_cases,) numpy array}`` per case.
@@ -985,14 +986,14 @@ def calibration_metrics_core(
     for name in check_metric_names(metrics):
         if name in _SCALARS:
             out[name] = _scalar_metric(hist, None, per_case, None, None, hist.n_fine_bins, _SCALARS[name], name,
-                                       nan_warning, stacklevel + 1)
+                                       nan_warning)
         else:
             kind, reduction = _BINNED[name]
             out[name] = _calibration_error(
                 hist, None, kind=kind, reduction=reduction, n_bins=n_bins, min_bin_count=min_bin_count,
                 per_case=per_case, weights=None, mask=None, n_fine_bins=hist.n_fine_bins,
                 include_background=include_background, caller=name, nan_warning=nan_warning,
-                rounding_warning=say_rounding, stacklevel=stacklevel + 1,
+                rounding_warning=say_rounding,
             )  # fmt: skip
             say_rounding = False  # the same sentence for every binned metric: said once per call
     return out
