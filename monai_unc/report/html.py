@@ -1367,7 +1367,7 @@ def _anchor(name: str) -> str:
     An ASCII name keeps the id of earlier versions (every run of characters other than ASCII letters and digits as
     ``_``, ``region`` when nothing is left). Another name keeps its letters, digits and marks of every script, and
     every other character is written as ``-<hex code point>-``: escaped by construction, so two names never share an
-    id (found by review 69: the ASCII rule gave the Japanese or Hebrew region names ``水肿`` and ``浮肿`` both
+    id (in earlier versions the ASCII rule gave the Japanese or Hebrew region names ``水肿`` and ``浮肿`` both
     ``reliability-region``, one figure file and one id for both, and links jumped to the first), and the id holds a
     non-ASCII letter or a ``-`` that no ASCII name's id holds. One longer than :data:`_ANCHOR_BYTES` is cut and ends
     with a digest of the name.

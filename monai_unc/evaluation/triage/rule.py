@@ -884,7 +884,7 @@ class ReferralRule:
         # (review 68: every UserWarning was silenced inside catch_warnings, a process-wide filter, and the new cases'
         # undefined estimates were said nowhere)
         return conformal_interval_core(np.asarray(estimates, dtype=np.float64), e, d, rec.interval_alpha,
-                                       few_warning=False, nan_warning=False, stacklevel=3)
+                                       few_warning=False, nan_warning=False)
 
     def interval_statement(self, mismatch: Sequence[str] | None = None) -> str:
         """One sentence on the expected-Dice interval: its guarantee and caveat, or that the estimate is uncalibrated.
