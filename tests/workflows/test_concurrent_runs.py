@@ -24,6 +24,7 @@ from monai_unc.cli import main
 from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.io import OUTPUT_LOCK_FILE, output_lock
 from tests._cases import run_toy_infer, toy_infer_files
+from tests._holders import ForkedHolder
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -237,13 +238,8 @@ def test_a_file_system_without_flock_runs_unlocked(tmp_path, monkeypatch):
 
 def test_a_refused_run_leaves_no_new_folder(tmp_path):
     out = tmp_path / "new"
-    code = ("import sys, time; from monai_unc.io import output_lock\n"
-            "with output_lock(sys.argv[1], 'holder'):\n    print('held', flush=True); time.sleep(60)\n")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "held")], stdout=subprocess.PIPE, text=True,
-                              env=env)
+    holder = ForkedHolder(lambda: output_lock(tmp_path / "held", "holder"), hold_s=60)
     try:
-        assert holder.stdout.readline().strip() == "held"
         with pytest.raises(ValueError, match="another run .*pid"):
             with output_lock(tmp_path / "held", "second"):
                 pass
