@@ -204,12 +204,13 @@ def test_two_parts_writing_the_scores_table_at_once_lose_no_case(tmp_path):
     ``uncertainty_scores.csv``; A's reading is slowed here as thousands of records are). The parts write the table
     one at a time, each listing under the lock."""
     import json
-    import subprocess
-    import sys
+    import signal
     import time
+    import traceback
 
     pytest.importorskip("nnunetv2", reason="needs the nnunet extra")
     from monai_unc.io import read_csv
+    from monai_unc.nnunet import export
 
     (tmp_path / "uncertainty").mkdir()
 
@@ -218,20 +219,37 @@ def test_two_parts_writing_the_scores_table_at_once_lose_no_case(tmp_path):
                            "scores": {"predictive_entropy": {"mean": 0.1}}})
 
     (tmp_path / "uncertainty" / "a0.json").write_text(record("a0"))
-    slow = ("import sys, time, json; from monai_unc.nnunet import export\nreal = json.loads\n"
-            "def slow(t, *a, **k):\n    open(sys.argv[1] + '/listed', 'w').close(); time.sleep(6)\n"
-            "    return real(t, *a, **k)\n"
-            "export.json.loads = slow\nexport.write_scores_table(sys.argv[1])")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    part_a = subprocess.Popen([sys.executable, "-c", slow, str(tmp_path)], env=env)
+    pid = os.fork()  # part A: a copy of this process (no interpreter start-up), its reading of the records slowed
+    if pid == 0:
+        code = 70
+        try:
+            real = export.json.loads
+
+            def slow(t, *a, **k):
+                (tmp_path / "listed").touch()
+                time.sleep(3)
+                return real(t, *a, **k)
+
+            export.json.loads = slow
+            export.write_scores_table(tmp_path)
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    done = (0, 0)
     try:
         deadline = time.monotonic() + 120
         while not (tmp_path / "listed").exists() and time.monotonic() < deadline:  # A has listed and is reading
             time.sleep(0.05)
         (tmp_path / "uncertainty" / "b1.json").write_text(record("b1"))  # part B's last case, then its table
-        subprocess.run([sys.executable, "-c", "import sys; from monai_unc.nnunet.export import write_scores_table; "
-                        "write_scores_table(sys.argv[1])", str(tmp_path)], env=env, check=True, timeout=300)
-        assert part_a.wait(timeout=300) == 0
+        export.write_scores_table(tmp_path)  # part B: this process
+        deadline = time.monotonic() + 300
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert done[0] == pid and os.waitstatus_to_exitcode(done[1]) == 0
     finally:
-        part_a.kill()
+        if done[0] == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
     assert [r["case"] for r in read_csv(tmp_path / "uncertainty_scores.csv")] == ["a0", "b1"]
