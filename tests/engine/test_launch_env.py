@@ -12,9 +12,6 @@ Found by hostile testing:
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -138,14 +135,12 @@ def test_a_job_started_with_fewer_processes_says_it_waits_and_stops_in_one_line(
     -n 1`` under a hard-coded WORLD_SIZE=2) waited in silence for the whole collective timeout (6 hours by default),
     then ended with torch's DistStoreError traceback. It says on stderr that it waits, and stops in one line."""
     argv = ["evaluate", "-l", str(cohort["labels"]), "-p", str(cohort["predictions"]), "-o", str(tmp_path / "o"), "-q"]
-    env = {k: v for k, v in os.environ.items() if k != "LOCAL_RANK"}
     port = free_port()
-    env.update(WORLD_SIZE="2", RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
-               MONAI_UNC_DIST_TIMEOUT="4")
-    r = subprocess.run([sys.executable, "-m", "monai_unc.cli", *argv], env=env, capture_output=True, text=True,
-                       timeout=120)
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    env = {"LOCAL_RANK": None, "WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+           "OMP_NUM_THREADS": "1", "MONAI_UNC_DIST_TIMEOUT": "4"}
+    rc, stderr = run_cli_forked(argv, env=env, wait_s=120)  # another process, a copy of this one: no start-up
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert rc == 2 and "Traceback" not in stderr, stderr
     assert lines[0] == (f"monai-unc: rank 0 of 2 (WORLD_SIZE=2) is waiting for the other processes of the job to join "
                         f"at 127.0.0.1:{port}; a job started with fewer processes waits until MONAI_UNC_DIST_TIMEOUT "
                         "(4 s)"), lines

@@ -4,30 +4,27 @@ The metric, a toy "volume error" (predicted minus reference foreground volume of
 here. It runs through :func:`monai_unc.evaluation.run_evaluate` for a class cohort (column ``volume_error``) and a
 region cohort (columns ``volume_error_<region>``), its values are checked against a hand computation on the files,
 under resume (a second run reuses every cached case and gives the same rows; another metric set recomputes them) and
-under a 2-rank ``torchrun`` (the same ``metrics.csv`` as one process).
+on 2 gloo ranks with torchrun's variables (the same ``metrics.csv`` as one process).
 """
 
 from __future__ import annotations
 
 import csv
-import inspect
 import json
 import os
-import subprocess
-import sys
-import textwrap
 import warnings
 from pathlib import Path
 
 import nibabel as nib
 import numpy as np
 import pytest
+import torch
 
 from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.evaluation import EvaluationConfig, case_fingerprint, evaluate_case, run_evaluate
 from monai_unc.io import match_cases
 from tests._cases import write_brats_like_cohort
-from tests._paths import ROOT
+from tests._ranks import free_port, run_forked_ranks
 
 BRATS = {"TC": (1, 4), "WT": (1, 2, 4), "ET": (4,)}
 CALLS: list[str] = []  # one entry per evaluation of the metric (resume must not call it again)
@@ -213,41 +210,26 @@ def test_a_metric_named_dice_something_is_no_class_of_the_summary(kind, classes,
     for name in expected:
         assert summary["dice"]["per_class"][name] == pytest.approx(np.mean([float(r[f"dice_{name}"]) for r in rows]))
 
-SCRIPT = '''
-import sys
-import warnings
-from pathlib import Path
-
-import numpy as np
-
-from monai_unc.evaluation import EvaluationConfig, run_evaluate
-
-{function}
-
-# argv: (labels, predictions, output, "classes" | "regions") per cohort
-args = sys.argv[1:]
-for labels, pred, out, kind in zip(args[0::4], args[1::4], args[2::4], args[3::4]):
-    config = EvaluationConfig(case_metrics={{"volume_error": volume_error}},
-                              regions={regions} if kind == "regions" else None)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        run_evaluate(Path(labels), Path(pred), Path(out), config, progress=False)
-'''
+def _evaluate_rank(rank: int, port: int, cohorts: list[tuple[Path, Path, Path, dict]]) -> None:
+    """One forked rank of a 2-rank job with torchrun's variables: :func:`run_evaluate` of each cohort with the metric
+    (the evaluation joins the gloo group from the variables, as under ``torchrun``)."""
+    os.environ.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    torch.set_num_threads(1)
+    for labels, pred, out, extra in cohorts:
+        config = EvaluationConfig(case_metrics={"volume_error": volume_error}, **extra)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            run_evaluate(labels, pred, out, config, progress=False)
 
 
 def test_torchrun_two_ranks_equal_one_process(classes, regions, tmp_path):
-    """One ``torchrun`` job evaluates both cohorts with the metric; each equals the single-process run."""
-    source = textwrap.dedent(inspect.getsource(volume_error)).replace("    CALLS.append(str(task.name))\n", "")
-    script = tmp_path / "evaluate_with_volume_error.py"
-    script.write_text(SCRIPT.format(function=source, regions=repr(BRATS)))
+    """One 2-rank job (torchrun's variables; ranks forked from the test process, :func:`tests._ranks.run_forked_ranks`:
+    no interpreter start-up per rank) evaluates both cohorts with the metric; each equals the single-process run."""
     cohorts = (("classes", classes["labels"], classes["predictions"], {}),
                ("regions", regions["labels"], regions["predictions"], {"regions": BRATS}))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
-    for kind, labels, pred, _ in cohorts:
-        cmd += [str(labels), str(pred), str(tmp_path / f"torchrun_{kind}"), kind]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    jobs = [(labels, pred, tmp_path / f"torchrun_{kind}", extra) for kind, labels, pred, extra in cohorts]
+    run_forked_ranks(_evaluate_rank, (free_port(), jobs), 2, wait_s=180)
     for kind, labels, pred, extra in cohorts:
         single = _evaluate(labels, pred, tmp_path / f"single_{kind}",
                            EvaluationConfig(case_metrics={"volume_error": volume_error}, **extra))

@@ -13,10 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 import shutil
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -40,6 +37,7 @@ from monai_unc.metrics import qu_brats
 from monai_unc.report.html import build_report
 from tests._cases import write_infer_case_records
 from tests._paths import ROOT
+from tests._ranks import run_cli_ranks
 
 AFFINE = np.diag([1.0, 1.2, 2.0, 1.0])
 SHAPE = (14, 12, 10)
@@ -400,13 +398,14 @@ def test_report_shows_regions_and_qu_brats_curves(evaluated, tmp_path):
 @pytest.mark.slow
 def test_torchrun_region_evaluation_equals_single_process(cohort, evaluated, tmp_path):
     _, _, paths, _ = evaluated
+    """``monai-unc evaluate --regions brats`` on two gloo ranks (forked from the test process with torchrun's
+    variables, :func:`tests._ranks.run_cli_ranks`: no interpreter start-up per rank; the command under ``torchrun``
+    itself is tests/engine/test_collectives.py's) writes the single process's ``metrics.csv`` and summary."""
     out = tmp_path / "eval"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
-           "monai_unc.cli", "evaluate", "-l", str(cohort["labels"]), "-p", str(cohort["pred"]), "-o", str(out),
-           "--images", str(cohort["images"]), "--regions", "brats", "--budget", "0.25", "-q"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    argv = ["evaluate", "-l", str(cohort["labels"]), "-p", str(cohort["pred"]), "-o", str(out),
+            "--images", str(cohort["images"]), "--regions", "brats", "--budget", "0.25", "-q"]
+    results = run_cli_ranks([(argv, ROOT), (argv, ROOT)])
+    assert [rc for rc, _ in results] == [0, 0], results
     assert (out / "metrics.csv").read_text() == paths["metrics"].read_text()
     a = json.loads((out / "summary.json").read_text())
     b = json.loads(paths["summary"].read_text())

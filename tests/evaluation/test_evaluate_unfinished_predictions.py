@@ -12,11 +12,7 @@ killed run does not block, and folders that ``infer`` did not write are read as 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -24,10 +20,10 @@ import pytest
 
 from monai_unc.cli import main
 from monai_unc.evaluation.triage import RULE_FILE
-from monai_unc.io import OUTPUT_LOCK_FILE, output_lock_holder
+from monai_unc.io import OUTPUT_LOCK_FILE, output_lock, output_lock_holder
 from monai_unc.io.provenance import check_finished_predictions
 from tests._cases import run_toy_infer, toy_infer_files
-from tests._paths import ROOT
+from tests._holders import ForkedHolder
 
 FLAGS = ("--method", "mcdropout", "--seed", "0")
 
@@ -118,13 +114,8 @@ def test_records_of_earlier_versions_that_disagree_are_refused(tmp_path):
     check_finished_predictions(tmp_path, "monai-unc", ["a", "b", "c", "d"])
 
 
-def _hold(folder: Path) -> subprocess.Popen:
-    code = ("import sys, time; from monai_unc.io import output_lock\n"
-            "with output_lock(sys.argv[1], 'monai-unc infer'):\n    print('held', flush=True); time.sleep(120)\n")
-    holder = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert holder.stdout.readline().strip() == "held"
-    return holder
+def _hold(folder: Path) -> ForkedHolder:
+    return ForkedHolder(lambda: output_lock(folder, "monai-unc infer"))
 
 
 @pytest.mark.slow
@@ -141,7 +132,7 @@ def test_evaluate_refuses_predictions_that_a_running_infer_holds(runs, tmp_path,
             "monai-unc infer" in err[0], err
         assert not (tmp_path / "eval" / "metrics.csv").exists()
     finally:
-        holder.send_signal(signal.SIGKILL)
+        holder.kill()
         holder.wait()
     # killed: its lock file stays, its lock does not, and the folder is read
     assert (pred / OUTPUT_LOCK_FILE).exists() and output_lock_holder(pred) is None

@@ -11,7 +11,7 @@ registered with :func:`monai_unc.product.register_product`. The tests check that
 - shows its section in ``report.html`` (every string escaped);
 - resumes: an interrupted run (a kill stops the loop) computes only the remaining cases again, a rerun none, another
   unit every case;
-- gives under a 2-rank ``torchrun`` the same files as one process;
+- gives on 2 gloo ranks (torchrun's variables, forked ranks) the same files as one process;
 - brings its own command (``monai-unc volume-correct``: the fitted bias applied to a folder of new predictions),
   listed by ``monai-unc --help``, whose table ``dicom-export`` and the triage page would read like any product's.
 """
@@ -20,9 +20,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +39,7 @@ from monai_unc.product import CohortProduct, ReportSection, register_product, un
 from monai_unc.state import register_state_type
 from tests._cases import BRATS_REGIONS, write_brats_like_cohort
 from tests._paths import ROOT
+from tests._ranks import run_cli_ranks
 
 BRATS = BRATS_REGIONS
 CALLS: list[str] = []  # one entry per case whose state the product computed (resume must not call it again)
@@ -362,43 +360,19 @@ def test_without_the_option_outputs_match_an_evaluation_without_products(classes
     assert CALLS == [] and not (tmp_path / "off" / "volume_error.json").exists()
 
 
-SCRIPT = """
-import sys
-import warnings
-
-import torch.distributed as dist
-
-from monai_unc.cli import main
-from monai_unc.product import register_product
-from tests.evaluation.test_products_toy import VolumeError
-
-register_product(VolumeError)
-# one group for both commands (each command joins it and leaves it up): re-creating a gloo group in one process is
-# unreliable
-dist.init_process_group("gloo")
-args = sys.argv[1:]
-for labels, pred, out, spec in zip(args[0::4], args[1::4], args[2::4], args[3::4]):
-    extra = [] if spec == "-" else ["--regions", spec]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        code = main(["evaluate", "-l", labels, "-p", pred, "-o", out, "--quiet", "--volume-error", *extra])
-    assert code == 0, code
-dist.barrier()
-dist.destroy_process_group()  # the script made the group: it ends it (a gloo group left at exit may abort)
-"""
-
-
 @pytest.mark.slow
 def test_torchrun_two_ranks_equal_one_process(classes, regions, tmp_path):
-    script = tmp_path / "evaluate_with_the_product.py"
-    script.write_text(SCRIPT)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
+    """``evaluate --volume-error`` on two gloo ranks, as under ``torchrun``, writes the single process's files.
+
+    The ranks are forked from the test process with torchrun's variables (:func:`tests._ranks.run_cli_ranks`: no
+    interpreter start-up per rank), the product registered there as the fixture registered it; the command under
+    ``torchrun`` itself is tests/engine/test_collectives.py's."""
     for kind in ("classes", "regions"):
         labels, pred, extra = _cohort(kind, classes, regions)
-        cmd += [str(labels), str(pred), str(tmp_path / f"torchrun_{kind}"), extra[1] if extra else "-"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[:6000]
+        argv = ["evaluate", "-l", str(labels), "-p", str(pred), "-o", str(tmp_path / f"torchrun_{kind}"), "--quiet",
+                "--volume-error", *extra]
+        results = run_cli_ranks([(argv, ROOT), (argv, ROOT)])
+        assert [rc for rc, _ in results] == [0, 0], (kind, results)
     for kind in ("classes", "regions"):
         labels, pred, extra = _cohort(kind, classes, regions)
         assert _evaluate_cli(labels, pred, tmp_path / f"single_{kind}", *extra, "--volume-error") == 0

@@ -9,6 +9,22 @@ import numpy as np
 import pytest
 
 
+def _forked(body) -> int:
+    """``body()`` in another process, a copy of this one (no interpreter start-up), with the default handlers of
+    SIGTERM and SIGINT; its exit status (negative: the signal that ended it), 70 when ``body`` returns or raises."""
+    import signal
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            body()
+        finally:
+            os._exit(70)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
 def test_check_output_file_refuses_inputs_links_and_unwritable_folders(tmp_path):
     from monai_unc.io import check_output_file, check_writable_folder
 
@@ -339,20 +355,17 @@ def test_the_folder_a_killed_write_left_is_removed_by_the_next_write_of_the_file
     The next write of the same file removes it again, as it removed the fixed temporary file of earlier versions;
     a link planted under the folder's name is not followed (a random folder is used instead)."""
     import signal
-    import subprocess
-    import sys
-    from pathlib import Path
 
-    import monai_unc
     from monai_unc.io import atomic_write
 
     dst = tmp_path / "maps" / "case1_predictive_entropy.nii.gz"
-    code = ("import os, signal\nfrom pathlib import Path\nfrom monai_unc.io import atomic_write\n"
-            "def dying(tmp):\n    tmp.write_bytes(b'x' * 100000)\n    os.kill(os.getpid(), signal.SIGTERM)\n"
-            f"atomic_write(Path({str(dst)!r}), dying)\n")
-    env = {**os.environ, "PYTHONPATH": str(Path(monai_unc.__file__).parents[1])}
-    for _ in range(3):
-        assert subprocess.run([sys.executable, "-c", code], env=env).returncode == -signal.SIGTERM
+
+    def dying(tmp):
+        tmp.write_bytes(b"x" * 100000)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    for _ in range(3):  # three runs killed mid-write, each another process
+        assert _forked(lambda: atomic_write(dst, dying)) == -signal.SIGTERM
     assert any(p.name.startswith(".case1_predictive_entropy") for p in dst.parent.iterdir())  # the killed write's
     atomic_write(dst, lambda tmp: tmp.write_bytes(b"done"))
     assert sorted(p.name for p in dst.parent.iterdir()) == [dst.name]
@@ -432,23 +445,25 @@ def test_a_run_of_atomic_folder_killed_between_its_renames_loses_no_content(tmp_
     ``atomic_folder`` moved the folder aside and before it renamed the new content in left no folder, and the next
     run removed the moved-aside content with the stale staging folders: when that run then failed, the calibrated
     model was gone for good, where a failed run leaves the folder as it was. The next run puts it back first."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    import monai_unc
     from monai_unc.io import atomic_folder, atomic_write_text
 
     out = tmp_path / "model"
     with atomic_folder(out) as staging:
         atomic_write_text(staging / "weights.txt", "v1")
-    code = ("import os\nfrom monai_unc.io import atomic_folder, atomic_write_text\nreal = os.replace\n"
-            "def replace(src, dst):\n    real(src, dst)\n"
-            f"    if os.fspath(src) == {str(out)!r}:\n        os._exit(137)\n"
-            f"os.replace = replace\nwith atomic_folder({str(out)!r}) as staging:\n"
-            "    atomic_write_text(staging / 'weights.txt', 'v2')\n")
-    env = {**os.environ, "PYTHONPATH": str(Path(monai_unc.__file__).parents[1])}
-    assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 137
+
+    def killed_between_the_renames():  # another process (os.replace patched there only)
+        real = os.replace
+
+        def replace(src, dst):
+            real(src, dst)
+            if os.fspath(src) == str(out):
+                os._exit(137)
+
+        os.replace = replace
+        with atomic_folder(out) as staging:
+            atomic_write_text(staging / "weights.txt", "v2")
+
+    assert _forked(killed_between_the_renames) == 137
     assert not out.exists()  # killed between the renames
     with pytest.raises(RuntimeError, match="half-way"), atomic_folder(out):
         assert (out / "weights.txt").read_text() == "v1"  # put back before the block
@@ -464,20 +479,18 @@ def test_the_scratch_folder_of_a_killed_run_is_removed_by_the_next_run(tmp_path)
     successful or not, left it there (nothing cleaned that folder): one more folder of logits per killed run. The next
     scratch folder of the same output removes those of dead runs; a live run's (locked) is left alone."""
     import signal
-    import subprocess
-    import sys
-    from pathlib import Path
 
-    import monai_unc
     from monai_unc.io import scratch_folder
 
     out = tmp_path / "cal.pt"
-    code = ("import os, signal\nfrom monai_unc.io import scratch_folder\n"
-            f"with scratch_folder({str(out)!r}, 'logits') as s:\n"
-            "    (s / '0.npy').write_bytes(b'x' * 1000)\n    os.kill(os.getpid(), signal.SIGKILL)\n")
-    env = {**os.environ, "PYTHONPATH": str(Path(monai_unc.__file__).parents[1])}
+
+    def killed_run():  # another process
+        with scratch_folder(out, "logits") as s:
+            (s / "0.npy").write_bytes(b"x" * 1000)
+            os.kill(os.getpid(), signal.SIGKILL)
+
     for _ in range(2):
-        assert subprocess.run([sys.executable, "-c", code], env=env).returncode == -signal.SIGKILL
+        assert _forked(killed_run) == -signal.SIGKILL
     dead = sorted(p.name for p in tmp_path.iterdir())
     assert len(dead) == 1 and dead[0].startswith(".cal.pt.partial-logits-")  # the second run removed the first's
     (tmp_path / ".other.pt.partial-logits-x.dir").mkdir()  # another output's: kept

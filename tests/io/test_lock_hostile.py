@@ -18,6 +18,34 @@ from monai_unc.io.signing import generate_key_pair
 TEXT = "precious clinical notes\n" * 3
 
 
+def _lines_of_another_process(body, tmp_path, failure: str) -> list[str]:
+    """The lines ``body()`` returns, computed in another process, a copy of this one (no interpreter start-up);
+    the test fails with ``failure`` when it has not finished within 60 s (a blocking ``open``), and it is killed."""
+    import json
+    import time
+    import traceback
+
+    result = tmp_path / "lines.json"
+    pid = os.fork()
+    if pid == 0:
+        try:
+            result.write_text(json.dumps(body()))
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(0)
+    deadline = time.monotonic() + 60
+    while os.waitpid(pid, os.WNOHANG)[0] == 0:
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail(failure)
+        time.sleep(0.01)
+    assert result.exists(), "the other process failed (its traceback on stderr)"
+    return json.loads(result.read_text())
+
+
+
 def test_a_symbolic_link_as_lock_file_is_refused(tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text(TEXT)
@@ -89,26 +117,25 @@ def test_a_fifo_planted_as_lock_file_blocks_nothing(tmp_path, name):
     blocked the reader's probe (``output_lock_holder``) and every run into the folder (``output_lock``) in its
     ``open`` until a writer came: forever. Probed without blocking now: no holder; a run is refused in one line
     where the FIFO is its own lock file, goes on where it is a part's."""
-    import subprocess
-    import sys
+    from monai_unc.io import part_lock
 
     out = tmp_path / "shared_out"
     out.mkdir()
     os.mkfifo(out / name)
-    code = ("import sys\nfrom monai_unc.io import output_lock, output_lock_holder, part_lock\n"
-            f"out = {str(out)!r}\nprint(output_lock_holder(out), flush=True)\n"
-            "for take in (lambda: output_lock(out, 'x'), lambda: part_lock(out, 'run1', 1, 'x')):\n"
-            "    try:\n        with take():\n            print('held', flush=True)\n"
-            "    except ValueError as e:\n        print('refused', len(str(e).splitlines()), flush=True)\n")
-    try:
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"a FIFO planted as {name} blocked the lock")
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.split("\n")[:3]
+
+    def probe():
+        lines = [str(output_lock_holder(out))]
+        for take in (lambda: output_lock(out, "x"), lambda: part_lock(out, "run1", 1, "x")):
+            try:
+                with take():
+                    lines.append("held")
+            except ValueError as e:
+                lines.append(f"refused {len(str(e).splitlines())}")
+        return lines
+
+    lines = _lines_of_another_process(probe, tmp_path, f"a FIFO planted as {name} blocked the lock")
     assert lines[0] == "None"
-    assert lines[1:] == (["refused 1", "refused 1"] if name == OUTPUT_LOCK_FILE else ["held", "held"]), done.stdout
+    assert lines[1:] == (["refused 1", "refused 1"] if name == OUTPUT_LOCK_FILE else ["held", "held"]), lines
 
 
 def test_a_held_fifo_as_a_parts_lock_file_is_named_without_blocking(tmp_path):
@@ -116,8 +143,6 @@ def test_a_held_fifo_as_a_parts_lock_file_is_named_without_blocking(tmp_path):
     a link: a FIFO held by a planted process blocked every run's probe of the folder. Its start is read without
     blocking: the folder is taken as held (refused in one line), nothing hangs."""
     import fcntl
-    import subprocess
-    import sys
 
     out = tmp_path / "shared_out"
     out.mkdir()
@@ -125,16 +150,18 @@ def test_a_held_fifo_as_a_parts_lock_file_is_named_without_blocking(tmp_path):
     os.mkfifo(fifo)
     fd = os.open(fifo, os.O_RDWR)  # a FIFO opened for both ends does not block
     fcntl.flock(fd, fcntl.LOCK_EX)
-    try:
-        code = ("from monai_unc.io import output_lock, output_lock_holder\n"
-                f"print(output_lock_holder({str(out)!r}), flush=True)\n"
-                f"try:\n    with output_lock({str(out)!r}, 'x'):\n        print('held')\n"
-                "except ValueError as e:\n    print('refused', len(str(e).splitlines()))\n")
+
+    def probe():  # another process: its own opens of the FIFO, this process's lock held on it
+        lines = [str(output_lock_holder(out))]
         try:
-            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                                  env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-        except subprocess.TimeoutExpired:
-            pytest.fail("a held FIFO as a part's lock file blocked the probe")
+            with output_lock(out, "x"):
+                lines.append("held")
+        except ValueError as e:
+            lines.append(f"refused {len(str(e).splitlines())}")
+        return lines
+
+    try:
+        lines = _lines_of_another_process(probe, tmp_path, "a held FIFO as a part's lock file blocked the probe")
     finally:
         os.close(fd)
-    assert done.stdout.split("\n")[:2] == ["holder unknown", "refused 1"], (done.stdout, done.stderr)
+    assert lines == ["holder unknown", "refused 1"], lines

@@ -13,6 +13,7 @@ leaves no lock behind.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import warnings
@@ -24,6 +25,7 @@ from monai_unc.cli import main
 from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.io import OUTPUT_LOCK_FILE, output_lock
 from tests._cases import run_toy_infer, toy_infer_files
+from tests._holders import ForkedHolder
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -149,10 +151,14 @@ def test_a_second_infer_while_the_first_writes_its_dicom_objects_is_refused(tmp_
 
 
 def test_a_killed_holder_leaves_no_lock(tmp_path):
-    code = ("import os, signal, sys; from monai_unc.io import output_lock\n"
-            "with output_lock(sys.argv[1], 'killed'):\n    os.kill(os.getpid(), signal.SIGKILL)\n")
-    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, timeout=120)
-    assert done.returncode == -9
+    pid = os.fork()  # another process (a copy of this one: no interpreter start-up) killed while it holds the folder
+    if pid == 0:
+        try:
+            with output_lock(tmp_path, "killed"):
+                os.kill(os.getpid(), signal.SIGKILL)
+        finally:
+            os._exit(70)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == -9
     assert (tmp_path / OUTPUT_LOCK_FILE).exists()  # the file stays, the lock does not
     with output_lock(tmp_path, "next"):
         pass
@@ -237,13 +243,8 @@ def test_a_file_system_without_flock_runs_unlocked(tmp_path, monkeypatch):
 
 def test_a_refused_run_leaves_no_new_folder(tmp_path):
     out = tmp_path / "new"
-    code = ("import sys, time; from monai_unc.io import output_lock\n"
-            "with output_lock(sys.argv[1], 'holder'):\n    print('held', flush=True); time.sleep(60)\n")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "held")], stdout=subprocess.PIPE, text=True,
-                              env=env)
+    holder = ForkedHolder(lambda: output_lock(tmp_path / "held", "holder"), hold_s=60)
     try:
-        assert holder.stdout.readline().strip() == "held"
         with pytest.raises(ValueError, match="another run .*pid"):
             with output_lock(tmp_path / "held", "second"):
                 pass

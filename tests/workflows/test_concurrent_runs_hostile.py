@@ -17,7 +17,8 @@ import pytest
 
 from monai_unc.cli import main
 from monai_unc.data.cohorts import write_toy_cohort
-from monai_unc.io import OUTPUT_LOCK_FILE, CaseFiles
+from monai_unc.io import OUTPUT_LOCK_FILE, CaseFiles, output_lock
+from tests._holders import ForkedHolder
 
 
 @pytest.fixture(scope="module")
@@ -98,25 +99,9 @@ def test_a_run_record_written_again_is_named(tmp_path):
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class _Holder:
+def _Holder(folder: Path, command: str) -> ForkedHolder:  # noqa: N802 (was a class)
     """Another process that holds a folder with ``output_lock`` (as a running command does) until closed."""
-
-    def __init__(self, folder: Path, command: str):
-        import subprocess
-        import sys
-
-        code = ("import sys, time; from monai_unc.io import output_lock\n"
-                "with output_lock(sys.argv[1], sys.argv[2]):\n    print('held', flush=True); time.sleep(120)\n")
-        self.proc = subprocess.Popen([sys.executable, "-c", code, str(folder), command], stdout=subprocess.PIPE,
-                                     text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-        assert self.proc.stdout.readline().strip() == "held"
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.proc.kill()
-        self.proc.wait()
+    return ForkedHolder(lambda: output_lock(folder, command))
 
 
 def _dicom_cases(root: Path) -> tuple[Path, Path]:
@@ -153,7 +138,7 @@ def test_a_second_dicom_export_into_a_busy_folder_is_refused(tmp_path, capsys):
     with _Holder(out, "monai-unc dicom-export") as holder:
         assert main([*argv, "--study-uid", "new"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and "another run" in err[0] and f"pid {holder.proc.pid}" in err[0], err
+        assert len(err) == 1 and "another run" in err[0] and f"pid {holder.pid}" in err[0], err
     assert _files(out) == before  # nothing removed or written (the killed holder's lock file aside)
     assert main([*argv, "--study-uid", "new"]) == 0  # the holder gone (even killed): the folder is free
 
@@ -187,7 +172,7 @@ def test_a_second_report_into_a_busy_folder_is_refused(cohort, tmp_path, capsys)
         with _Holder(out, "monai-unc report") as holder:
             assert main([*argv, "--budget", "0.5"]) == 2
             err = capsys.readouterr().err.strip().splitlines()
-            assert len(err) == 1 and "another run" in err[0] and f"pid {holder.proc.pid}" in err[0], err
+            assert len(err) == 1 and "another run" in err[0] and f"pid {holder.pid}" in err[0], err
         assert _files(out) == before
         with _Holder(ev, "monai-unc evaluate"):
             assert main([*argv, "--budget", "0.5"]) == 2
@@ -208,7 +193,7 @@ def test_the_refusal_names_the_holders_host(tmp_path):
         with pytest.raises(ValueError) as e:
             with output_lock(tmp_path, "monai-unc infer"):
                 pass
-        assert f"pid {holder.proc.pid}, monai-unc infer, since " in str(e.value)
+        assert f"pid {holder.pid}, monai-unc infer, since " in str(e.value)
         assert f"host {socket.gethostname()}" in str(e.value) and "\n" not in str(e.value)
         assert f"host {socket.gethostname()}" in output_lock_holder(tmp_path)
 
@@ -219,12 +204,13 @@ def test_two_parts_writing_the_scores_table_at_once_lose_no_case(tmp_path):
     ``uncertainty_scores.csv``; A's reading is slowed here as thousands of records are). The parts write the table
     one at a time, each listing under the lock."""
     import json
-    import subprocess
-    import sys
+    import signal
     import time
+    import traceback
 
     pytest.importorskip("nnunetv2", reason="needs the nnunet extra")
     from monai_unc.io import read_csv
+    from monai_unc.nnunet import export
 
     (tmp_path / "uncertainty").mkdir()
 
@@ -233,20 +219,37 @@ def test_two_parts_writing_the_scores_table_at_once_lose_no_case(tmp_path):
                            "scores": {"predictive_entropy": {"mean": 0.1}}})
 
     (tmp_path / "uncertainty" / "a0.json").write_text(record("a0"))
-    slow = ("import sys, time, json; from monai_unc.nnunet import export\nreal = json.loads\n"
-            "def slow(t, *a, **k):\n    open(sys.argv[1] + '/listed', 'w').close(); time.sleep(6)\n"
-            "    return real(t, *a, **k)\n"
-            "export.json.loads = slow\nexport.write_scores_table(sys.argv[1])")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    part_a = subprocess.Popen([sys.executable, "-c", slow, str(tmp_path)], env=env)
+    pid = os.fork()  # part A: a copy of this process (no interpreter start-up), its reading of the records slowed
+    if pid == 0:
+        code = 70
+        try:
+            real = export.json.loads
+
+            def slow(t, *a, **k):
+                (tmp_path / "listed").touch()
+                time.sleep(3)
+                return real(t, *a, **k)
+
+            export.json.loads = slow
+            export.write_scores_table(tmp_path)
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    done = (0, 0)
     try:
         deadline = time.monotonic() + 120
         while not (tmp_path / "listed").exists() and time.monotonic() < deadline:  # A has listed and is reading
             time.sleep(0.05)
         (tmp_path / "uncertainty" / "b1.json").write_text(record("b1"))  # part B's last case, then its table
-        subprocess.run([sys.executable, "-c", "import sys; from monai_unc.nnunet.export import write_scores_table; "
-                        "write_scores_table(sys.argv[1])", str(tmp_path)], env=env, check=True, timeout=300)
-        assert part_a.wait(timeout=300) == 0
+        export.write_scores_table(tmp_path)  # part B: this process
+        deadline = time.monotonic() + 300
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert done[0] == pid and os.waitstatus_to_exitcode(done[1]) == 0
     finally:
-        part_a.kill()
+        if done[0] == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
     assert [r["case"] for r in read_csv(tmp_path / "uncertainty_scores.csv")] == ["a0", "b1"]

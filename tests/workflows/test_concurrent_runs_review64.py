@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -23,7 +21,9 @@ import pytest
 
 from monai_unc.cli import main
 from monai_unc.data.cohorts import write_toy_cohort
+from monai_unc.io import output_lock
 from monai_unc.report import html
+from tests._holders import ForkedHolder
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,19 +78,15 @@ def test_a_report_of_an_evaluation_rewritten_while_it_is_drawn_is_refused(evalua
     assert "50" in (out / "report.html").read_text()
 
 
-@pytest.mark.slow  # a holder process (about 1 s to start) and one evaluation
+@pytest.mark.slow  # a holder process and one evaluation
 def test_an_evaluate_that_ends_while_another_process_writes_its_report_exits_0(evaluations, tmp_path, capsys):
     import shutil
 
     ev = tmp_path / "ev"
     shutil.copytree(evaluations["ev"], ev)
     assert main(["report", "-e", str(ev), "--cases", "0", "-q"]) == 0  # a page of this evaluation, then its next run
-    code = ("import sys, time; from monai_unc.io import output_lock\n"
-            "with output_lock(sys.argv[1], 'monai-unc report'):\n    print('held', flush=True); time.sleep(120)\n")
-    holder = subprocess.Popen([sys.executable, "-c", code, str(ev / "report")], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    holder = ForkedHolder(lambda: output_lock(ev / "report", "monai-unc report"))
     try:
-        assert holder.stdout.readline().strip() == "held"
         monkey = pytest.MonkeyPatch()
         monkey.setattr(html, "_REPORT_WAIT_S", 0.2, raising=False)  # the report takes longer
         try:
@@ -108,7 +104,7 @@ def test_an_evaluate_that_ends_while_another_process_writes_its_report_exits_0(e
         holder.wait()
 
 
-@pytest.mark.slow  # a holder process (about 1 s to start) and a report
+@pytest.mark.slow  # a holder process and a report
 def test_an_evaluate_refused_by_another_run_leaves_the_report_page_alone(evaluations, tmp_path, capsys):
     """The refused run removed ``<output>/report/report.html`` of a folder that another evaluate held (its summary
     half-way rewritten by that run) and said so on a second line: a refused run writes or removes nothing."""
@@ -117,12 +113,8 @@ def test_an_evaluate_refused_by_another_run_leaves_the_report_page_alone(evaluat
     ev = tmp_path / "ev"
     shutil.copytree(evaluations["ev"], ev)
     assert main(["report", "-e", str(ev), "--cases", "0", "-q"]) == 0
-    code = ("import sys, time; from monai_unc.io import output_lock\n"
-            "with output_lock(sys.argv[1], 'monai-unc evaluate'):\n    print('held', flush=True); time.sleep(120)\n")
-    holder = subprocess.Popen([sys.executable, "-c", code, str(ev)], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    holder = ForkedHolder(lambda: output_lock(ev, "monai-unc evaluate"))
     try:
-        assert holder.stdout.readline().strip() == "held"
         _swap_in(evaluations["other"], ev)  # the holder's run writing its cohort files
         capsys.readouterr()
         with warnings.catch_warnings(record=True) as caught:

@@ -15,21 +15,21 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests._holders import ForkedHolder
+
 pytest.importorskip("pydicom", reason="needs the dicom extra")
 pytest.importorskip("highdicom", reason="needs the dicom extra")
 pytest.importorskip("nnunetv2")
 
 from monai_unc.cli import main  # noqa: E402
-from monai_unc.io import output_lock_holder  # noqa: E402
+from monai_unc.io import output_lock_holder, part_lock  # noqa: E402
 from monai_unc.io.dicom import write_series  # noqa: E402
 from monai_unc.workflows.dicom import EXPORT_RECORD, dicom_export, nnunet_predict_dicom  # noqa: E402
 
@@ -179,14 +179,9 @@ def test_nnunet_parts_drop_the_entries_of_a_run_with_other_settings(series, tmp_
     assert "run" not in doc and doc["uid_root"] == ROOT_UID and sorted(_listed(out)) == ["ct01", "ct02", "ct03"]
 
 
-def _hold_part(out: Path, run: str, part: int) -> subprocess.Popen:
+def _hold_part(out: Path, run: str, part: int) -> ForkedHolder:
     """Another process holding ``out`` as part ``part`` of ``run``, until killed."""
-    holder = subprocess.Popen([sys.executable, "-c", "import time\nfrom monai_unc.io import part_lock\n"
-                               f"with part_lock({str(out)!r}, {run!r}, {part}, 'nnunet-predict'):\n"
-                               "    print('held', flush=True)\n    time.sleep(60)"], stdout=subprocess.PIPE,
-                              text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    assert holder.stdout.readline().strip() == "held"
-    return holder
+    return ForkedHolder(lambda: part_lock(out, run, part, "nnunet-predict"), hold_s=60)
 
 
 def test_another_run_is_refused_while_a_part_holds_the_folder(series, tmp_path, capsys, monkeypatch):
