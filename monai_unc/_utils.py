@@ -1341,6 +1341,8 @@ def tensors_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     # NaN is equal to nothing in torch.equal: two copies of a checkpoint holding a NaN weight (a diverged run, a
     # buffer never filled) were told apart (hostile review 69); NaN at the same places and the rest equal is equal
     nan = torch.isnan(a)
+    if not bool(nan.any()):  # no NaN: torch.equal said it (without the masked copies below)
+        return False
     return bool(torch.equal(nan, torch.isnan(b)) and torch.equal(a.masked_fill(nan, 0), b.masked_fill(nan, 0)))
 
 
@@ -2332,6 +2334,11 @@ def stderr_line(text: str) -> None:
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+def _in_package(filename: str) -> bool:
+    """Whether a frame's file name is a file of this package (``<stdin>``, ``<doctest ...>``: never)."""
+    return not filename.startswith("<") and os.path.abspath(filename).startswith(_PACKAGE_DIR)
+
+
 def user_stacklevel() -> int:
     """The ``stacklevel`` of :func:`warnings.warn` that names the first caller outside this package.
 
@@ -2351,7 +2358,9 @@ def user_stacklevel() -> int:
     """
     frame = sys._getframe(1)
     level = 1
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+    # a frame's file name as the package was imported: ".../tests/../monai_unc/x.py" through sys.path.insert(0,
+    # "tests/..") (normalised here; the frames of a warning only)
+    while frame is not None and _in_package(frame.f_code.co_filename):
         frame = frame.f_back
         level += 1
     return level

@@ -1208,6 +1208,15 @@ def config_from_summary(summary: Mapping[str, Any], rows: Sequence[Mapping[str, 
         cfg.validate()
     except TypeError as e:  # a summary.json edited by hand: one error naming the file, not a traceback
         raise ValueError(f"summary.json: the recorded evaluation options are invalid: {e}") from None
+    except ValueError as e:
+        if not str(e).startswith("regions: the region names"):
+            raise
+        # recorded regions of one column: as for class names above ("WT²" and "WT2" were columns WT and WT2)
+        raise ValueError(f"summary.json: {e}. An earlier version, whose region columns kept ASCII letters and digits "
+                         "only, evaluated these regions into columns apart, which cannot be told apart under these "
+                         "names: evaluate the cases again into a new folder (monai-unc evaluate --output NEW) with "
+                         "--regions giving each region a name of its own (this folder's metrics.csv stays readable as "
+                         "a table)") from None
     return cfg
 
 

@@ -102,7 +102,7 @@ def _former_slug(name: str) -> str:
     return re.sub(r"[^0-9a-zA-Z]+", "_", str(name)).strip("_").lower() or "class"
 
 
-def _former_region_suffix(name: str) -> str | None:
+def former_region_suffix(name: str) -> str | None:
     """The :func:`region_suffix` of versions that kept ASCII letters and digits only (``"Ödem 2"`` -> ``"dem_2"``).
 
     None where they refused the name (no ASCII letter or digit). What an evaluation written by such a version named
@@ -138,7 +138,7 @@ def dice_columns(num_classes: int, class_names: Sequence[Any] | None = None,
         out = [f"dice_{region_suffix(r)}" for r in regions]
         if columns is not None:
             present = set(columns)
-            former = [f"dice_{f}" if (f := _former_region_suffix(r)) is not None else c for r, c in zip(regions, out)]
+            former = [f"dice_{f}" if (f := former_region_suffix(r)) is not None else c for r, c in zip(regions, out)]
             out = [f if c not in present and f in present and former.count(f) == 1 else c for c, f in zip(out, former)]
         return out
     names = [str(n) for n in class_names] if class_names else [str(c) for c in range(num_classes)]
@@ -312,14 +312,16 @@ class EvaluationConfig:
             by_column: dict[str, list[int]] = {}
             for i, s in enumerate(slugs):
                 by_column.setdefault(s, []).append(i)
-            shared = [" and ".join(f"{names[i]!r} (class {i})" for i in idx) + f" are both dice_{col}"
-                      for col, idx in by_column.items() if len(idx) > 1]
+            groups = [idx for idx in by_column.values() if len(idx) > 1]
+            shared = [" and ".join(f"{names[i]!r} (class {i})" for i in idx)
+                      + f" are {'both' if len(idx) == 2 else 'all'} dice_{slugs[idx[0]]}" for idx in groups]
+            wide = any(not str(names[i]).isascii() for idx in groups for i in idx)
+            why = ("letters and digits, NFKC-normalised and lower-cased: full-width 'Ｔ２' is 't2'" if wide else
+                   "letters and digits, lower-cased, every other run of characters one '_'")
             raise parameter_error(
                 ValueError(f"class_names: the names {list(names)} give the same column names {slugs}: "
                            + "; ".join(shared[:3]) + (f"; and {len(shared) - 3} more" if len(shared) > 3 else "")
-                           + " (a column keeps a name's letters and digits, NFKC-normalised and "
-                           "lower-cased: full-width 'Ｔ２' is 't2'); give each class a name of its own"),
-                "class_names")
+                           + f" (a column keeps a name's {why}); give each class a name of its own"), "class_names")
 
     @property
     def n_fine_bins(self) -> int:

@@ -108,7 +108,7 @@ from ..regions import check_regions
 from ..scores import CASE_SCORES, case_score_columns, resolve_score_column
 from ..state import StateGroup, register_state_type
 from .cohort import score_column
-from .config import STATE_DIR, EvaluationConfig, parse_score_column, region_suffix, slug
+from .config import STATE_DIR, EvaluationConfig, former_region_suffix, parse_score_column, region_suffix, slug
 from .products import command_output_markers
 from .region_case import predicted_regions, region_score_columns
 from .resume import CASES_DIR, check_inputs_unchanged, file_signature, input_signatures, map_signature
@@ -336,7 +336,10 @@ class ConformalStrata:
                                             list(regions), self.patch_size)
             else:
                 cols = case_score_columns({self.measure: maps[self.measure]}, case.seg, self.patch_size)
-        value = float(cols[self.score])
+        key = self.score
+        if key not in cols and self.region is not None:  # a rule of a version with ASCII-only region columns
+            key = f"{self.measure}_{self.aggregation}_{region_suffix(self.region)}"
+        value = float(cols[key])
         if not np.isfinite(value):
             warnings.warn(f"case {case.case_id!r}: the strata score {self.score} is undefined (NaN, e.g. an empty "
                           "prediction): the case goes to the last stratum", UserWarning, stacklevel=2)
@@ -405,6 +408,12 @@ class ConformalStrata:
             parsed = parse_score_column(d["score"], None if region is None else [region], "strata.score")
         except ValueError:
             parsed = None
+        former = None if region is None else former_region_suffix(region)
+        if (parsed is None and former is not None and former != region_suffix(region)
+                and d["score"] == f"{d['measure']}_{d['aggregation']}_{former}"):
+            # written when region columns kept ASCII letters only ("Ödem": "..._dem"): the region's column is named
+            # now as region_suffix names it, found by (measure, aggregation, region) when a case is scored
+            parsed = (d["measure"], d["aggregation"], region)
         if parsed != (d["measure"], d["aggregation"], region):
             raise bad("score", f"must be the column of the recorded measure {d['measure']!r}, aggregation "
                       f"{d['aggregation']!r} and region {region!r}")

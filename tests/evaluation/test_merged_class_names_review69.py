@@ -50,3 +50,25 @@ def test_report_of_such_a_folder_names_the_file(tmp_path, capsys):
                      "--cases", "0"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(path) in err and "new folder" in err
+
+
+def test_three_names_of_one_column_and_an_ascii_clash_are_said_as_they_are():
+    from monai_unc.evaluation import EvaluationConfig
+
+    with pytest.raises(ValueError) as e:
+        EvaluationConfig(class_names=["bg", "a b", "a-b", "a_b"])
+    text = str(e.value)
+    assert "'a b' (class 1) and 'a-b' (class 2) and 'a_b' (class 3) are all dice_a_b" in text
+    assert "full-width" not in text and "lower-cased, every other run of characters one '_'" in text
+
+
+def test_an_old_folders_regions_of_one_column_say_what_to_do():
+    """Region names that an earlier version's ASCII-only columns told apart ("WT²": WT, "WT2": WT2) and that now
+    give one column: refused with what the class names' refusal says (the folder, why, what to do)."""
+    from monai_unc.evaluation.cohort import config_from_summary
+
+    with pytest.raises(ValueError) as e:
+        config_from_summary({"config": {"regions": {"WT²": [1, 2, 3], "WT2": [1, 2]}}}, [])
+    text = str(e.value)
+    assert text.startswith("summary.json: regions: the region names ['WT²', 'WT2'] give the same column names")
+    assert "An earlier version" in text and "--regions giving each region a name of its own" in text

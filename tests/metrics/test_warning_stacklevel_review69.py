@@ -83,3 +83,20 @@ def test_quality_warnings_point_at_the_caller(call):
 def test_conformal_warnings_point_at_the_caller(call):
     caught = _caught(call)
     assert all(w.filename == __file__ for w in caught), [(w.filename, str(w.message)) for w in caught]
+
+
+def test_package_frames_named_through_a_dotted_path_are_skipped():
+    """A package imported through ``sys.path.insert(0, "tests/..")`` (a notebook's habit) names its frames
+    ``.../tests/../monai_unc/...``: they were not recognised as the package's, and the warnings named a line inside it
+    again. Here one frame of the package is named so (a function compiled with such a file name), between the user's
+    call and the metric."""
+    import os
+
+    import monai_unc
+
+    package = os.path.dirname(monai_unc.__file__)
+    dotted = os.path.join(os.path.dirname(package), "tests", "..", os.path.basename(package), "_dotted_shim.py")
+    scope: dict = {"ece": ece}
+    exec(compile("def shim(h):\n    return ece(h, n_bins=15)\n", dotted, "exec"), scope)
+    caught = _caught(lambda: scope["shim"](_hist()))
+    assert [w.filename for w in caught] == [__file__], [w.filename for w in caught]
