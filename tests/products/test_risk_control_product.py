@@ -73,8 +73,8 @@ def test_fit_never_counts_an_undefined_score_as_accepted(monkeypatch):
     config = EvaluationConfig(target_risk=0.5, delta=0.5, calibration_cases=["a", "b", "c"],
                               score="predictive_entropy_fg_mean")
     seen = []
-    real = risk_control.risk_controlled_threshold
-    monkeypatch.setattr(risk_control, "risk_controlled_threshold",
+    real = risk_control.risk_controlled_threshold_core
+    monkeypatch.setattr(risk_control, "risk_controlled_threshold_core",
                         lambda scores, *a, **k: seen.append((np.array(scores), k)) or real(scores, *a, **k))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
