@@ -37,7 +37,6 @@ import datetime as _dt
 import json
 import os
 import re
-import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -71,6 +70,7 @@ from ..io import (
     sheared_grid,
     write_csv,
 )
+from ..io.files import file_version, settled
 from ..io.provenance import (
     calibration_geometry,
     case_geometry_warning,
@@ -1189,30 +1189,23 @@ def calibration_case_masks(case: Any, rule_path: Path, folder: Path) -> list[Pat
 
 
 _RULES: dict[tuple[Any, ...], ConformalRuleFile] = {}
-#: seconds since a rule file's last change before its loaded version is kept (coarser than any file system's
-#: timestamps: FAT's 2)
-_RULE_SETTLE_S = 3
 
 
 def _read_rule_once(path: Path) -> ConformalRuleFile:
     """The rule file at ``path``, read once per version (inode, size, modification and change times) for a run.
 
-    A file changed in the last :data:`_RULE_SETTLE_S` seconds is read every time and not kept: with coarse timestamps
-    (1 s on ext3 or NFS, 2 s on FAT, a few ms on Linux without fine-grained ones) a rule written again within the
-    same tick has the same times (found by a review of flaky tests: the version was its modification time alone, and
-    a rule rewritten within one tick gave the masks of the rule before it).
+    A file changed in the last :data:`~monai_unc.io.files.SETTLE_S` seconds (:func:`~monai_unc.io.files.settled`) is
+    read every time and not kept: with coarse timestamps a rule written again within the same tick has the same times
+    (in earlier versions the version was its modification time alone, and a rule rewritten within one tick gave the
+    masks of the rule before it).
     """
-
-    def version() -> tuple[Any, ...]:
-        st = os.stat(path)
-        return str(Path(path).resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
-
-    key = version()
+    where = str(Path(path).resolve())
+    st = os.stat(path)
+    key = file_version(where, st)
     if key in _RULES:
         return _RULES[key]
     doc = ConformalRuleFile.load(path)
-    settled = time.time_ns() - max(key[4], key[5]) > _RULE_SETTLE_S * 1_000_000_000
-    if settled and version() == key:  # not changed while it was read
+    if settled(st) and file_version(where, os.stat(path)) == key:  # not changed while it was read
         _RULES.clear()
         _RULES[key] = doc
     return doc

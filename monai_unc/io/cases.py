@@ -73,7 +73,15 @@ from .._utils import (
     parameter_error,
 )
 from ..keys import DEPRECATED_MEASURES, LAYOUTS, MEASURES, canonical_measure, close_names
-from .files import OUTPUT_MARKERS, file_sha256, input_folder, plain_file_name, read_json_cached, read_json_or_none
+from .files import (
+    OUTPUT_MARKERS,
+    file_sha256,
+    input_folder,
+    plain_file_name,
+    read_json_cached,
+    read_json_or_none,
+    settled,
+)
 
 try:  # Intel ISA-L's gzip reader (python-isal, the ``fast`` extra): .nii.gz inflated ~1.4x faster than by ``gzip``
     from isal import igzip as _igzip
@@ -1224,8 +1232,6 @@ def image_channel_files(path: str | os.PathLike, case_id: str | None = None) -> 
 _CHANNEL_LISTINGS: dict[tuple[Any, ...], dict[str, tuple[str, ...]]] = {}
 _CHANNEL_LISTINGS_KEPT = 8
 _CHANNEL_LISTINGS_LOCK = threading.Lock()
-#: seconds since a folder's last change before its listing is kept (coarser than any file system's timestamps: FAT's 2)
-_CHANNEL_LISTING_SETTLE_S = 3
 
 
 def _folder_channels(folder: Path, pairs: bool) -> dict[str, tuple[str, ...]]:
@@ -1237,16 +1243,16 @@ def _folder_channels(folder: Path, pairs: bool) -> dict[str, tuple[str, ...]]:
     the folder each time made a cohort quadratic in its size (a 1000-case folder of NIfTI pairs: 0.15 s a call). The
     listing is kept under the folder's path, inode, modification and change times (in nanoseconds: a file added,
     removed or renamed changes them), so a changed folder is listed again; a listing that fails is not kept. A
-    folder changed in the last :data:`_CHANNEL_LISTING_SETTLE_S` seconds is listed every time and its listing not
+    folder changed in the last :data:`~monai_unc.io.files.SETTLE_S` seconds is listed every time and its listing not
     kept: a file system with coarse timestamps (1 s on ext2/3 or NFS exports of them, 2 s on FAT) gives a file
     added within the same tick the same folder times (found by hostile review: a third channel written just after
     the listing was missed on every call, on an ext2 folder).
     """
     st = folder.stat()
     key = (str(folder.resolve()), pairs, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns)
-    settled = time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _CHANNEL_LISTING_SETTLE_S * 1_000_000_000
+    kept = settled(st)
     with _CHANNEL_LISTINGS_LOCK:
-        got = _CHANNEL_LISTINGS.get(key) if settled else None
+        got = _CHANNEL_LISTINGS.get(key) if kept else None
     if got is not None:
         return got
     out: dict[str, tuple[str, ...]] = {}
@@ -1261,7 +1267,7 @@ def _folder_channels(folder: Path, pairs: bool) -> dict[str, tuple[str, ...]]:
         if groups is not None:  # else a folder mixing both namings: every file is a case (list_image_cases)
             for members in groups.values():  # in channel order: the first is channel 0
                 out[members[0].name] = tuple(p.name for p in members)
-    if not settled:  # changed too recently for its times to tell a later change apart (coarse timestamps)
+    if not kept:  # changed too recently for its times to tell a later change apart (coarse timestamps)
         return out
     with _CHANNEL_LISTINGS_LOCK:
         while len(_CHANNEL_LISTINGS) >= _CHANNEL_LISTINGS_KEPT:

@@ -1546,14 +1546,35 @@ def read_json_or_none(path: str | os.PathLike) -> Any:
 _JSON_CACHE: dict[tuple[Any, ...], Any] = {}
 _JSON_CACHE_LOCK = threading.Lock()
 _JSON_CACHE_SIZE = 64
-#: seconds since a file's last change before its parsed version is kept (coarser than any file system's timestamps:
-#: FAT's 2)
-_JSON_CACHE_SETTLE_S = 3
+#: seconds since a file's or folder's last change before a cache keeps what it read of it (coarser than any file
+#: system's timestamps: FAT's 2)
+SETTLE_S = 3
 
 
-def _file_version(path: str, st: os.stat_result) -> tuple[Any, ...]:
+def file_version(path: str, st: os.stat_result) -> tuple[Any, ...]:
     """What identifies one version of a file: its path and its ``(device, inode, size, mtime_ns, ctime_ns)``."""
     return (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def settled(st: os.stat_result) -> bool:
+    """Whether a file or folder (its ``os.stat``) last changed more than :data:`SETTLE_S` seconds ago.
+
+    A cache keyed by the times of a file keeps what it read only of a settled one: with coarse timestamps (1 s on
+    ext3 or NFS, 2 s on FAT, a few ms on Linux without fine-grained ones) a change within the same tick as the one
+    before gives the same times, and would be answered from the cache.
+
+    Args:
+        st: the file's or folder's status.
+
+    Returns:
+        True when its modification and change times lie more than :data:`SETTLE_S` seconds back.
+
+    Example:
+        >>> import os, tempfile
+        >>> settled(os.stat(tempfile.mkdtemp()))  # made just now
+        False
+    """
+    return time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > SETTLE_S * 1_000_000_000
 
 
 def read_json_cached(path: str | os.PathLike) -> Any:
@@ -1591,7 +1612,7 @@ def read_json_cached(path: str | os.PathLike) -> Any:
         return None
     if not stat.S_ISREG(st.st_mode):  # a FIFO or device is never read (read_json_or_none)
         return None
-    key = _file_version(where, st)
+    key = file_version(where, st)
     with _JSON_CACHE_LOCK:
         if key in _JSON_CACHE:
             doc = _JSON_CACHE.pop(key)
@@ -1605,12 +1626,10 @@ def read_json_cached(path: str | os.PathLike) -> Any:
         doc = json.loads(raw)
     except (OSError, ValueError, RecursionError):
         return None
-    version = _file_version(where, before)
-    # a file changed in the last _JSON_CACHE_SETTLE_S seconds is not kept: with coarse timestamps (1 s on ext3 or NFS,
-    # 2 s on FAT, a few ms on Linux without fine-grained ones) a rewrite of the same size within the same tick has
+    version = file_version(where, before)
+    # a file changed in the last SETTLE_S seconds is not kept: a rewrite of the same size within the same tick has
     # the same version, and was answered with the earlier document
-    settled = time.time_ns() - max(before.st_mtime_ns, before.st_ctime_ns) > _JSON_CACHE_SETTLE_S * 1_000_000_000
-    if stat.S_ISREG(before.st_mode) and settled and version == _file_version(where, after):
+    if stat.S_ISREG(before.st_mode) and settled(before) and version == file_version(where, after):
         with _JSON_CACHE_LOCK:
             _JSON_CACHE[version] = doc
             while len(_JSON_CACHE) > _JSON_CACHE_SIZE:

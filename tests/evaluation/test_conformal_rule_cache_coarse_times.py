@@ -11,6 +11,7 @@ import numpy as np
 
 from monai_unc.evaluation import conformal
 from monai_unc.evaluation.conformal import ConformalRuleFile
+from monai_unc.io import files
 from monai_unc.metrics.conformal import conformal_case_state, fit_conformal_rule
 
 
@@ -43,7 +44,7 @@ def test_a_settled_rule_is_read_once(tmp_path, monkeypatch):
         _rule(0.3).save(path)
     ctime = os.stat(path).st_ctime_ns
     clock = types.SimpleNamespace(time_ns=lambda: ctime + 10**10)  # written 10 s ago, as the clock tells
-    monkeypatch.setattr(conformal, "time", clock)
+    monkeypatch.setattr(files, "time", clock)  # the clock of io.files.settled, the caches' one settling rule
     loads = []
     load = ConformalRuleFile.load
     monkeypatch.setattr(ConformalRuleFile, "load", classmethod(lambda cls, p, trust=None: loads.append(p) or load(p)))

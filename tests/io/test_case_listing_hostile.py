@@ -263,7 +263,7 @@ def test_channel_files_list_a_folder_once_while_it_is_unchanged(tmp_path, monkey
     for case in ("a", "b", "c"):
         for ch in (0, 1):
             write(f"{case}_{ch:04d}")
-    monkeypatch.setattr(cases, "_CHANNEL_LISTING_SETTLE_S", -1)  # a folder changed just now is kept too (here)
+    monkeypatch.setattr("monai_unc.io.files.SETTLE_S", -1)  # a folder changed just now is kept too (here)
     calls = []
     lister = "list_image_cases" if pairs else "list_files"
     real = getattr(cases, lister)

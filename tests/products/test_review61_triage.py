@@ -76,7 +76,7 @@ def test_per_case_apply_reads_the_folders_infer_json_once_per_version(toy, tmp_p
     seen = _reads_of("infer.json", monkeypatch)
     # the copy was just written: read_json_cached keeps no version changed in the last seconds (coarse timestamps);
     # here every version is kept at once (the time stamps of this file system are fine)
-    monkeypatch.setattr("monai_unc.io.files._JSON_CACHE_SETTLE_S", -1)
+    monkeypatch.setattr("monai_unc.io.files.SETTLE_S", -1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         for _ in range(3):
