@@ -1128,11 +1128,11 @@ def conformal_quantile(estimates: ArrayLike, truths: ArrayLike, alpha: float = C
         >>> conformal_quantile([0.9, 0.8, 0.7, 0.9], [0.8, 0.8, 0.5, 0.95], alpha=0.4)
         (0.1, 4)
     """
-    return conformal_quantile_core(estimates, truths, alpha, few_warning=True, stacklevel=3)
+    return conformal_quantile_core(estimates, truths, alpha, few_warning=True)
 
 
 def conformal_quantile_core(estimates: ArrayLike, truths: ArrayLike, alpha: float = CONFORMAL_ALPHA, *,
-                            few_warning: bool = True, stacklevel: int = 2) -> tuple[float, int]:
+                            few_warning: bool = True) -> tuple[float, int]:
     """:func:`conformal_quantile`, whose warning of too few calibration cases the caller may leave out.
 
     For the referral rule's recorded quantile and interval, whose statement says that the cases are too few (in earlier
@@ -1142,8 +1142,7 @@ def conformal_quantile_core(estimates: ArrayLike, truths: ArrayLike, alpha: floa
         estimates: as :func:`conformal_quantile`.
         truths: as :func:`conformal_quantile`.
         alpha: as :func:`conformal_quantile`.
-        few_warning: warn when the cases are too few for a finite quantile (``True``) or not.
-        stacklevel: the warning's ``stacklevel`` as seen from this function (2: its caller).
+        few_warning: warn when the cases are too few for a finite quantile (``True``, at the user's call) or not.
 
     Returns:
         ``(q, n)``, as :func:`conformal_quantile`.
@@ -1169,7 +1168,7 @@ def conformal_quantile_core(estimates: ArrayLike, truths: ArrayLike, alpha: floa
         if few_warning:
             warnings.warn(f"{n} calibration case(s) are too few for a {format_level(a, percent=True)} conformal "
                           f"interval (at least {quantile_min_cases(a)} needed): the interval is the whole range",
-                          UserWarning, stacklevel=stacklevel)
+                          UserWarning, stacklevel=user_stacklevel())
         return float("inf"), n
     return float(r[max(k, 1) - 1]), n
 
@@ -1274,8 +1273,7 @@ def conformal_interval_core(
                          "bounds' units or pass bounds=")
     # the warnings name the user's call, of conformal_interval or of this function (a direct call's pointed one frame
     # above it before)
-    q, n = conformal_quantile_core(calibration_estimates, calibration_truths, alpha, few_warning=few_warning,
-                                   stacklevel=user_stacklevel() + 1)  # as seen from conformal_quantile_core
+    q, n = conformal_quantile_core(calibration_estimates, calibration_truths, alpha, few_warning=few_warning)
     e = _real_values(estimate, "estimate")
     if np.isinf(e).any():
         raise ValueError(f"estimate holds {int(np.isinf(e).sum())} infinite value(s); an estimate is a number or NaN "
