@@ -1571,7 +1571,8 @@ def settled(st: os.stat_result) -> bool:
 
     Example:
         >>> import os, tempfile
-        >>> settled(os.stat(tempfile.mkdtemp()))  # made just now
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     settled(os.stat(folder))  # made just now
         False
     """
     return time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > SETTLE_S * 1_000_000_000
