@@ -128,13 +128,13 @@ def test_evaluation_qu_brats_installs_no_filter(tmp_path, monkeypatch):
     path = dirs["pred"] / "case0_predictive_entropy.nii.gz"
     img = nib.load(str(path))
     nib.save(nib.Nifti1Image(np.asarray(img.get_fdata(), np.float32) * 1e-3, img.affine), str(path))  # ungraded
-    seen, core = [], score.qu_brats_core
+    seen, core = [], score.score_region
 
     def watched(*args, **kwargs):
         seen.append(list(warnings.filters))
         return core(*args, **kwargs)
 
-    monkeypatch.setattr(score, "qu_brats_core", watched)
+    monkeypatch.setattr(score, "score_region", watched)
     outside = list(warnings.filters)
     res = evaluate_case(match_cases(dirs["labels"], dirs["pred"], images=dirs["images"])[0],
                         EvaluationConfig(regions="brats", spatial=False))

@@ -33,9 +33,11 @@ from .qu_brats_score import (
     check_grid_args,
     check_scale,
     checked_uncertainty,
-    qu_brats_core,
+    qu_brats_thresholds,
     real_brain_mask,
+    score_region,
     to_qu_brats_range,
+    warn_ungraded,
 )
 
 __all__ = ["QUBraTSMetric"]
@@ -124,6 +126,8 @@ class QUBraTSMetric(CumulativeIterationMetric):
         self.component = component
         self.reduction = check_metric_reduction(reduction)  # here, not at aggregate() after an epoch
         self.get_not_nans = check_bool(get_not_nans, "get_not_nans")
+        #: the ungraded maps of the current call, {channel: its name}: said once when the call returns
+        self._ungraded: dict[int, str | int] = {}
 
     def _masks(self, x: torch.Tensor, name: str, probabilities: bool = True, first: int = 0) -> torch.Tensor:
         """Batch ``(B, R, *spatial)`` of bool region masks from masks, probabilities or label maps.
@@ -164,6 +168,12 @@ class QUBraTSMetric(CumulativeIterationMetric):
 
         Returns:
             The per-case values ``(B, R)`` of the batch.
+
+        Warns:
+            UserWarning: once for the call, naming the regions (or channels) of the maps that are positive somewhere
+                but nowhere above the smallest positive threshold (:func:`qu_brats`' warning; not with
+                ``uncertainty_max``, whose maps the metric rescales itself). In earlier versions it came once per
+                case and region, at a line of MONAI's ``CumulativeIterationMetric``.
         """
         check_call_keywords(self, kwargs)  # a mistyped brainmask= scored the whole volume without a word
         if uncertainty is None:
@@ -182,14 +192,24 @@ class QUBraTSMetric(CumulativeIterationMetric):
                 return _plain(to_tensor(item, name))[None]
 
             # one case at a time: decollated cases may differ in shape (each inverted to its own original grid)
-            cases = [
+            packed: Any = [
                 self._pack(case(y_pred[i], "y_pred"), case(y[i], "y"), case(uncertainty[i], "uncertainty"),
                            None if brain_mask is None else case(brain_mask[i], "brain_mask"), first=i)[0]
                 for i in range(n)
             ]
-            return super().__call__(cases, None, **kwargs)
-        packed = self._pack(y_pred, y, uncertainty, brain_mask)
-        return super().__call__(packed, None, **kwargs)
+        else:
+            packed = self._pack(y_pred, y, uncertainty, brain_mask)
+        self._ungraded.clear()  # (a refused call may have left some)
+        out = super().__call__(packed, None, **kwargs)
+        # here, not in _compute_tensor: once for the call, not per case and region, and at the user's line, not
+        # MONAI's (found by review 70: one warning per case and region, at a line of MONAI's CumulativeIterationMetric)
+        if self._ungraded:
+            channels = sorted(self._ungraded)
+            which = [self._ungraded.pop(j) for j in channels]
+            maps = f"regions {which}" if all(isinstance(w, str) for w in which) else f"channels {channels}"
+            grid = qu_brats_thresholds(self.num_points, self.max_uncertainty, self.grid)
+            warn_ungraded(grid, self.max_uncertainty, maps)
+        return out
 
     def _pack(self, y_pred: Any, y: Any, uncertainty: Any, brain_mask: Any, first: int = 0) -> torch.Tensor:
         p = _plain(to_tensor(y_pred, "y_pred"))
@@ -234,12 +254,15 @@ class QUBraTSMetric(CumulativeIterationMetric):
         out = torch.empty(y_pred.shape[0], r, dtype=torch.float64)
         # rescaled here from the declared scale: a map nowhere above the first threshold is confident, not a slip
         warn = self.uncertainty_max is None
+        names = list(self.regions) if self.regions is not None and len(self.regions) == r else None
         for i in range(y_pred.shape[0]):
             mask = y_pred[i, 3 * r] if has_mask else None
             for j in range(r):
-                res = qu_brats_core(y_pred[i, j], y_pred[i, r + j] > 0.5, y_pred[i, 2 * r + j] > 0.5, mask,
-                                    self.num_points, self.max_uncertainty, self.grid, warn=warn)
+                res, ungraded = score_region(y_pred[i, j], y_pred[i, r + j] > 0.5, y_pred[i, 2 * r + j] > 0.5, mask,
+                                             self.num_points, self.max_uncertainty, self.grid)
                 out[i, j] = getattr(res, self.component)
+                if warn and ungraded:  # said by __call__, once for the call
+                    self._ungraded[j] = j if names is None else names[j]
         return out.to(y_pred.device)
 
     def _sync(self) -> None:

@@ -63,6 +63,7 @@ from .._utils import (
     like_input,
     to_tensor,
     trapezoid,
+    user_stacklevel,
 )
 from ..keys import DEPRECATED_MEASURES, UncertaintyKeys, canonical_measure
 from ..regions import BRATS_REGIONS, RegionSpec, parse_regions, region_masks, unclaimed_labels_message
@@ -259,9 +260,19 @@ def qu_brats_thresholds(num_points: int = 40, max_uncertainty: float = 100.0, gr
     k, max_u = check_grid_args(num_points, max_uncertainty)
     if check_grid(grid) == "numpy1":  # `100.0 + np.finfo(np.float32).eps` in numpy 1.x: float64
         stop = np.float64(max_u) + np.float64(QU_BRATS_EPS)
-    else:  # float32, as `100.0 + np.finfo(np.float32).eps` in numpy 2
-        stop = np.float32(max_u) + np.float32(QU_BRATS_EPS)
-    t = np.arange(0.0, stop, max_u / k, dtype=np.float64)
+    else:  # float32, as `100.0 + np.finfo(np.float32).eps` in numpy 2 (inf beyond float32's largest value)
+        with np.errstate(over="ignore"):
+            stop = np.float32(max_u) + np.float32(QU_BRATS_EPS)
+    step = max_u / k
+    # the range's values are i * step whatever its end, and none beyond step k is kept below: a range past step k + 1
+    # ends there (found by review 70: on a scale far below eps it ran to eps, 4.7e9 thresholds to allocate for
+    # max_u = 1e-15, numpy's "Maximum allowed size exceeded" for 1e-30; beyond float32's largest value the end was
+    # infinite). Other ends stay as they are: numpy counts the range in the end's dtype (float32 for numpy2)
+    if math.isfinite(stop) and float(stop) <= (k + 2) * step:
+        t = np.arange(0.0, stop, step, dtype=np.float64)
+    else:  # numpy.arange's values, 0 + i * step (inf past float64's largest value: dropped below)
+        with np.errstate(over="ignore"):
+            t = np.arange(k + 2, dtype=np.float64) * step
     # eps is absolute: on a small scale (max_u = 1e-6) the range ran on past max_u (45 thresholds up to 1.1 max_u), a
     # perfect map scored 1.033; a threshold above the scale's top filters nothing (found by hostile testing)
     t = t[t <= max_u * (1.0 + 1e-12)]
@@ -496,14 +507,12 @@ def qu_brats_core(
     max_uncertainty: float = 100.0,
     grid: str = "numpy2",
     warn: bool = True,
-    stacklevel: int = 4,
 ) -> QUBraTSResult:
-    """:func:`qu_brats`, whose warning of an ungraded map (:func:`warn_if_ungraded`) the caller may leave out.
+    """:func:`qu_brats`, whose warning of an ungraded map (:func:`warn_ungraded`) the caller may leave out.
 
-    For a caller that rescaled the map itself from its declared scale (``QUBraTSMetric(uncertainty_max=...)``), where
-    a map nowhere above the first positive threshold is a confident map, not a scale slip; earlier versions
-    filtered the warning by its text, a process-wide filter. The warning points at the caller of the public function
-    that calls this one directly (:func:`qu_brats`, :func:`qu_brats_regions`).
+    For a caller that rescaled the map itself from its declared scale, where a map nowhere above the first positive
+    threshold is a confident map, not a scale slip; earlier versions filtered the warning by its text, a process-wide
+    filter. The warning points at the user's call (the first caller outside the package).
 
     Args:
         uncertainty: as :func:`qu_brats`.
@@ -513,9 +522,7 @@ def qu_brats_core(
         num_points: as :func:`qu_brats`.
         max_uncertainty: as :func:`qu_brats`.
         grid: as :func:`qu_brats`.
-        warn: give :func:`warn_if_ungraded`'s warning (``True``) or not.
-        stacklevel: that warning's, as :func:`warnings.warn`'s (4: the caller of the public function that calls this
-            one).
+        warn: give :func:`warn_ungraded`'s warning (``True``) or not.
 
     Returns:
         A :class:`QUBraTSResult`.
@@ -528,6 +535,55 @@ def qu_brats_core(
         >>> u = 0.5 * target.float()  # nowhere above 2.5: ungraded, said only with warn=True
         >>> round(qu_brats_core(u, target, target, warn=False).score, 4)
         0.9875
+    """
+    res, ungraded = score_region(uncertainty, pred, target, brain_mask, num_points, max_uncertainty, grid)
+    if warn and ungraded:
+        warn_ungraded(res.thresholds, float(max_uncertainty))
+    return res
+
+
+def score_region(
+    uncertainty: ArrayLike,
+    pred: ArrayLike,
+    target: ArrayLike,
+    brain_mask: ArrayLike | None = None,
+    num_points: int = 40,
+    max_uncertainty: float = 100.0,
+    grid: str = "numpy2",
+) -> tuple[QUBraTSResult, bool]:
+    """:func:`qu_brats` without a warning, and whether the map is ungraded (the warning its caller gives once).
+
+    Ungraded: positive somewhere but nowhere above the smallest positive threshold. Then every threshold but 0 keeps
+    every voxel and the score sees only ``u > 0``, whatever the map's gradation: the mark of a map on a ``[0, 1]``
+    scale given for the challenge's ``[0, 100]`` (a normalised entropy scored 0.90 instead of 0.52, without a word;
+    found by hostile testing). A map of zeros (certain everywhere) is not ungraded. The callers that score several
+    maps in one call (:func:`qu_brats_regions`, :class:`~monai_unc.metrics.QUBraTSMetric`) say it once for the call
+    with :func:`warn_ungraded` (in earlier versions once per map, the same text for every region and case).
+
+    Args:
+        uncertainty: as :func:`qu_brats`.
+        pred: as :func:`qu_brats`.
+        target: as :func:`qu_brats`.
+        brain_mask: as :func:`qu_brats`.
+        num_points: as :func:`qu_brats`.
+        max_uncertainty: as :func:`qu_brats`.
+        grid: as :func:`qu_brats`.
+
+    Returns:
+        The :class:`QUBraTSResult` and whether the map is ungraded.
+
+    Raises:
+        ValueError: as :func:`qu_brats`.
+        TypeError: as :func:`qu_brats`.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics.qu_brats_score import score_region
+        >>> target = torch.zeros(4, 4, dtype=torch.bool)
+        >>> target[:2] = True
+        >>> res, ungraded = score_region(0.5 * target.float(), target, target)  # nowhere above 2.5
+        >>> round(res.score, 4), ungraded
+        (0.9875, True)
     """
     k, max_u = check_grid_args(num_points, max_uncertainty)
     grid = check_grid(grid)
@@ -549,35 +605,38 @@ def qu_brats_core(
     counts = _curve_counts(u, p, g, b, asc)
     if counts[-1, 4:].sum() == 0:  # categories with the brain bit
         raise ValueError("brain_mask has no voxel > 0: FTP and FTN are counted inside the brain mask")
-    if warn:
-        warn_if_ungraded(counts, asc, max_u, stacklevel=stacklevel)  # 4: warn_if_ungraded, this, the public function,
-        # its caller
-    return _result_from_counts(counts, desc, max_u)
+    total = int(counts[-1].sum())
+    # positive somewhere (not every voxel kept at 0) and every voxel kept at the first positive threshold
+    ungraded = len(asc) >= 2 and int(counts[0].sum()) < total and int(counts[1].sum()) == total
+    return _result_from_counts(counts, desc, max_u), ungraded
 
 
-def warn_if_ungraded(counts: np.ndarray, asc: np.ndarray, max_u: float, stacklevel: int = 3) -> None:
-    """``UserWarning`` when the map is positive somewhere but nowhere above the smallest positive threshold.
-
-    Then every threshold but 0 keeps every voxel and the score sees only ``u > 0``, whatever the map's gradation:
-    the mark of a map on a ``[0, 1]`` scale given for the challenge's ``[0, 100]`` (a normalised entropy scored
-    0.90 instead of 0.52, without a word; found by hostile testing). A map of zeros (certain everywhere) is not
-    warned about.
+def warn_ungraded(thresholds: np.ndarray, max_u: float, maps: str = "") -> None:
+    """The ``UserWarning`` of an ungraded map (:func:`score_region`), at the first caller outside the package.
 
     Args:
-        counts: :func:`_curve_counts` (cumulative kept counts at the ascending thresholds, then the totals).
-        asc: the ascending thresholds (``asc[0] == 0``).
+        thresholds: the threshold grid, descending (:attr:`QUBraTSResult.thresholds`); its second smallest value is
+            the smallest positive threshold.
         max_u: the top of the scale.
-        stacklevel: as :func:`warnings.warn`'s.
+        maps: which maps are ungraded, e.g. ``"regions ['TC', 'WT']"``, for a call that scores several (``""``: one).
+
+    Example:
+        >>> import warnings
+        >>> from monai_unc.metrics.qu_brats_score import qu_brats_thresholds
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warn_ungraded(qu_brats_thresholds(), 100.0, "regions ['WT']")
+        >>> str(caught[0].message)[:62]
+        'qu_brats: every value of uncertainty is at most 2.5, the small'
     """
-    total = int(counts[-1].sum())
-    if len(asc) < 2 or int(counts[0].sum()) == total or int(counts[1].sum()) < total:
-        return  # every voxel certain (u == 0), or some voxel above the first positive threshold
+    where = f" (the maps of the {maps})" if maps else ""
     warnings.warn(
-        f"{UNGRADED_WARNING} {float(asc[1]):g}, the smallest positive threshold of the [0, max_uncertainty={max_u:g}] "
-        "scale, so only the threshold 0 filters voxels and the score ignores the map's gradation; if the map is on "
-        "another scale (e.g. [0, 1], or nats), rescale it first (to_qu_brats_range(u, max_value=...))",
+        f"{UNGRADED_WARNING} {float(thresholds[-2]):g}, the smallest positive threshold of the [0, "
+        f"max_uncertainty={max_u:g}] scale{where}, so only the threshold 0 filters voxels and the score ignores the "
+        "map's gradation; if the map is on another scale (e.g. [0, 1], or nats), rescale it first "
+        "(to_qu_brats_range(u, max_value=...))",
         UserWarning,
-        stacklevel=stacklevel,
+        stacklevel=user_stacklevel(),  # the user's call, through qu_brats, qu_brats_regions or QUBraTSMetric
     )
 
 
@@ -640,6 +699,10 @@ def qu_brats_regions(
             and a named spec that holds it, e.g. ``brats2023``).
         TypeError: a ``grid`` that is not a string, or an ``ignore_unclaimed_labels`` that is not a bool.
 
+    Warns:
+        UserWarning: once for the call, naming the regions whose map is positive somewhere but nowhere above the
+            smallest positive threshold (:func:`qu_brats`'s warning; in earlier versions once per region).
+
     Example:
         >>> import numpy as np
         >>> from monai_unc.metrics import qu_brats_regions
@@ -673,12 +736,13 @@ def qu_brats_regions_core(
     ignore_unclaimed_labels: bool = False,
     warn: bool = True,
 ) -> QUBraTSRegionsResult:
-    """:func:`qu_brats_regions`, whose warning of an ungraded map (:func:`warn_if_ungraded`) the caller may leave out.
+    """:func:`qu_brats_regions`, whose warning of an ungraded map (:func:`warn_ungraded`) the caller may leave out.
 
     For a caller that rescaled the maps itself from the measure's own maximum (the evaluation's QU-BraTS columns),
     where a map nowhere above the first positive threshold is a confident map, not a scale slip; in earlier versions
     the evaluation filtered the warning by its text inside ``warnings.catch_warnings()``, a process-wide filter. With
-    ``warn=True`` the warning points at the caller of :func:`qu_brats_regions`.
+    ``warn=True`` the warning is given once for the call, naming the ungraded regions (in earlier versions once per
+    region), at the user's call.
 
     Args:
         uncertainty: as :func:`qu_brats_regions`.
@@ -690,7 +754,7 @@ def qu_brats_regions_core(
         max_uncertainty: as :func:`qu_brats_regions`.
         grid: as :func:`qu_brats_regions`.
         ignore_unclaimed_labels: as :func:`qu_brats_regions`.
-        warn: give :func:`warn_if_ungraded`'s warning (``True``) or not.
+        warn: give :func:`warn_ungraded`'s warning (``True``), once for the call, or not.
 
     Returns:
         A :class:`QUBraTSRegionsResult`.
@@ -704,7 +768,7 @@ def qu_brats_regions_core(
         >>> round(qu_brats_regions_core({"r": u}, {"r": y}, {"r": y}, regions={"r": [1]}, warn=False).score, 4)
         0.9875
     """
-    check_grid_args(num_points, max_uncertainty)
+    _, max_u = check_grid_args(num_points, max_uncertainty)
     grid = check_grid(grid)  # before any region is scored
     ignore_unclaimed_labels = check_bool(ignore_unclaimed_labels, "ignore_unclaimed_labels")
     spec = parse_regions(regions)
@@ -738,10 +802,13 @@ def qu_brats_regions_core(
         return out
 
     pm, tm = masks(pred, "pred"), masks(target, "target")
-    results = {}
-    for n in names:  # a loop, not a comprehension (one more frame on Python < 3.12): the warning points at the caller
-        # stacklevel: warn_if_ungraded, qu_brats_core, this, qu_brats_regions, its caller
-        results[n] = qu_brats_core(maps[n], pm[n], tm[n], brain_mask, num_points, max_uncertainty, grid, warn, 5)
+    results, ungraded = {}, []
+    for n in names:
+        results[n], flat = score_region(maps[n], pm[n], tm[n], brain_mask, num_points, max_uncertainty, grid)
+        if flat:
+            ungraded.append(n)
+    if warn and ungraded:  # once for the call, naming the regions (in earlier versions once per region)
+        warn_ungraded(results[names[0]].thresholds, max_u, f"regions {ungraded}")
     mean = {c: float(np.mean([getattr(r, c) for r in results.values()])) for c in QU_BRATS_COMPONENTS}
     return QUBraTSRegionsResult(regions=results, **mean)
 
