@@ -76,6 +76,7 @@ from ..keys import DEPRECATED_MEASURES, LAYOUTS, MEASURES, canonical_measure, cl
 from .files import (
     OUTPUT_MARKERS,
     file_sha256,
+    file_version,
     input_folder,
     plain_file_name,
     read_json_cached,
@@ -3850,30 +3851,24 @@ def nnunet_dataset_ignore_label(dataset_json: Any, source: str = "dataset.json")
 
 
 #: what :func:`read_prediction_regions` found in the case records of the last few folders whose ``infer.json`` does
-#: not say: ``{(folder, its version): (answer, ((record path, its version), ...))}``
-_RECORD_REGIONS: dict[tuple[Any, ...], tuple[dict[str, Any] | None, tuple[tuple[str, tuple[int, ...]], ...]]] = {}
+#: not say: ``{file_version of the folder: (answer, ((record path, its file_version), ...))}``
+_RECORD_REGIONS: dict[tuple[Any, ...], tuple[dict[str, Any] | None, tuple[tuple[str, tuple[Any, ...]], ...]]] = {}
 _RECORD_REGIONS_KEPT = 8
 _RECORD_REGIONS_LOCK = threading.Lock()
-#: seconds since a folder's or record's last change before what was read of it is kept (as
-#: :data:`_CHANNEL_LISTING_SETTLE_S`: coarse file-system timestamps)
-_RECORD_REGIONS_SETTLE_S = 3
 
 
-def _entry_version(path: str | os.PathLike) -> tuple[int, ...] | None:
-    """What identifies one version of a file or folder: inode, device, size, modification and change times (ns), kind.
-
-    None when it cannot be read.
-    """
+def _stat_or_none(path: str | os.PathLike) -> os.stat_result | None:
+    """``os.stat(path)``, or None when it cannot be read."""
     try:
-        st = os.stat(path)
+        return os.stat(path)
     except (OSError, ValueError):
         return None
-    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns, stat.S_IFMT(st.st_mode))
 
 
-def _settled(version: tuple[int, ...], now_ns: int) -> bool:
-    """Whether a version's last change lies far enough back that a later change gives other times."""
-    return now_ns - max(version[3], version[4]) > _RECORD_REGIONS_SETTLE_S * 1_000_000_000
+def _version_or_none(path: str) -> tuple[Any, ...] | None:
+    """:func:`~monai_unc.io.files.file_version` of ``path`` as it is now, or None when it cannot be read."""
+    st = _stat_or_none(path)
+    return None if st is None else file_version(path, st)
 
 
 def read_prediction_regions(predictions: str | os.PathLike) -> dict[str, Any] | None:
@@ -3920,28 +3915,33 @@ def _records_regions(folder: Path) -> dict[str, Any] | None:
     Kept while the folder and the records read are unchanged (in earlier versions a product's per-case check read
     every record of such a folder for every case).
     """
-    version = _entry_version(folder)
-    if version is None or not stat.S_ISDIR(version[5]):
+    where = os.path.abspath(folder)
+    st = _stat_or_none(where)
+    if st is None or not stat.S_ISDIR(st.st_mode):
         return None  # no folder: no record (a glob of it lists nothing)
-    key = (os.path.abspath(folder), *version)
+    key = file_version(where, st)
     with _RECORD_REGIONS_LOCK:
         kept = _RECORD_REGIONS.get(key)
-    if kept is not None and all(_entry_version(path) == v for path, v in kept[1]):
+    if kept is not None and all(_version_or_none(path) == v for path, v in kept[1]):
         return kept[0]
-    now = time.time_ns()
-    keep = _settled(version, now)
+    now = time.time_ns()  # one clock reading for the whole scan (io.files.settled measures from it)
+    keep = settled(st, now)
     found: dict[str, Any] | None = None
-    read: list[tuple[str, tuple[int, ...]]] = []
+    read: list[tuple[str, tuple[Any, ...]]] = []
     for path in sorted(p for p in folder.glob("*.json") if p.name not in (INFER_RECORD, "failures.json")):
-        before = _entry_version(path)
+        name = os.path.join(where, path.name)
+        before = _stat_or_none(name)
         d = read_json_or_none(path)
-        keep = keep and before is not None and before == _entry_version(path) and _settled(before, now)
         if before is not None:
-            read.append((os.path.join(key[0], path.name), before))
+            version = file_version(name, before)
+            keep = keep and version == _version_or_none(name) and settled(before, now)
+            read.append((name, version))
+        else:
+            keep = False
         if isinstance(d, dict) and "multilabel" in d:
             found = {"multilabel": True, "regions": d.get("regions")} if d["multilabel"] else None
             break
-    if keep and _entry_version(folder) == version:  # nothing added, removed or renamed during the scan
+    if keep and _version_or_none(where) == key:  # nothing added, removed or renamed during the scan
         with _RECORD_REGIONS_LOCK:
             while len(_RECORD_REGIONS) >= _RECORD_REGIONS_KEPT:
                 _RECORD_REGIONS.pop(next(iter(_RECORD_REGIONS)))

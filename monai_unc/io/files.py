@@ -1556,7 +1556,7 @@ def file_version(path: str, st: os.stat_result) -> tuple[Any, ...]:
     return (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def settled(st: os.stat_result) -> bool:
+def settled(st: os.stat_result, now_ns: int | None = None) -> bool:
     """Whether a file or folder (its ``os.stat``) last changed more than :data:`SETTLE_S` seconds ago.
 
     A cache keyed by the times of a file keeps what it read only of a settled one: with coarse timestamps (1 s on
@@ -1565,6 +1565,8 @@ def settled(st: os.stat_result) -> bool:
 
     Args:
         st: the file's or folder's status.
+        now_ns: the time to measure from (``time.time_ns()``); one clock reading for the several files of one scan.
+            None (default): read the clock now.
 
     Returns:
         True when its modification and change times lie more than :data:`SETTLE_S` seconds back.
@@ -1575,7 +1577,11 @@ def settled(st: os.stat_result) -> bool:
         ...     settled(os.stat(folder))  # made just now
         False
     """
-    return time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > SETTLE_S * 1_000_000_000
+    if now_ns is None:
+        now_ns = time.time_ns()
+    elif isinstance(now_ns, bool) or not isinstance(now_ns, int):
+        raise TypeError(f"now_ns must be an integer (nanoseconds, as time.time_ns() gives), got {now_ns!r}")
+    return now_ns - max(st.st_mtime_ns, st.st_ctime_ns) > SETTLE_S * 1_000_000_000
 
 
 def read_json_cached(path: str | os.PathLike) -> Any:

@@ -27,7 +27,7 @@ def machine(tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "open", lambda f, *a, **k: real_open(files.get(f, f), *a, **k))
     root = tmp_path / "sys_fs_cgroup"
     root.mkdir()
-    monkeypatch.setattr(_utils, "CGROUP_ROOT", str(root), raising=False)
+    monkeypatch.setattr(_utils, "CGROUP_ROOT", str(root))
     return files["/proc/self/cgroup"], root
 
 

@@ -273,7 +273,7 @@ def test_torch_save_writing_onto_a_full_device_raises_the_write_error(tmp_path, 
     def open_full(file, mode="r", *args, **kwargs):  # the temporary file's writes go to a full device
         return builtins.open("/dev/full" if ".partial" in str(file) else file, mode, *args, **kwargs)
 
-    monkeypatch.setattr(files, "open", open_full, raising=False)
+    monkeypatch.setattr(files, "open", open_full, raising=False)  # a module global over the builtin, for io.files only
     for obj in ({"w": torch.ones(100_000)}, {"a": 1}):  # torch's writes, or only the buffer's flush at the end
         with pytest.raises(OSError) as info:
             atomic_torch_save(dst, obj)

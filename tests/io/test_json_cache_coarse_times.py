@@ -6,6 +6,8 @@ import json
 import os
 import types
 
+import pytest
+
 from monai_unc.io import files
 from monai_unc.io.files import read_json_cached
 
@@ -60,3 +62,15 @@ def test_a_settled_record_is_parsed_once(tmp_path, monkeypatch):
     assert len(parsed) == 1
     p.write_text(json.dumps({"settings": {"samples": 16}}))  # a later change: other times, read again
     assert read_json_cached(p) == read_json_cached(p) == {"settings": {"samples": 16}} and len(parsed) == 2
+
+
+def test_settled_measures_from_the_time_given(tmp_path):
+    """One clock reading serves a scan of several files (read_prediction_regions' scan of the case records)."""
+    st = os.stat(tmp_path)
+    last = max(st.st_mtime_ns, st.st_ctime_ns)
+    assert not files.settled(st)  # made just now
+    assert not files.settled(st, now_ns=last + files.SETTLE_S * 1_000_000_000)
+    assert files.settled(st, now_ns=last + files.SETTLE_S * 1_000_000_000 + 1)
+    for bad in (1.5, True, "1"):
+        with pytest.raises(TypeError, match="now_ns"):
+            files.settled(st, now_ns=bad)

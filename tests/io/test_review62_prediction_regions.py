@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from monai_unc.io import cases, read_prediction_regions
+from monai_unc.io import cases, files, read_prediction_regions
 
 N_CASES = 20
 CALLS = 10
@@ -61,7 +61,7 @@ def _folder(tmp_path: Path, multilabel: bool | None) -> Path:
 @pytest.fixture
 def settled(monkeypatch):
     """Take what changed a moment ago as settled (its times backdated by the test; ctime cannot be)."""
-    monkeypatch.setattr(cases, "_RECORD_REGIONS_SETTLE_S", -1, raising=False)
+    monkeypatch.setattr(files, "SETTLE_S", -1)
 
 
 @pytest.mark.usefixtures("settled")

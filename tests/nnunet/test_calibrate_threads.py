@@ -77,7 +77,7 @@ def test_bad_threads_are_refused_by_name_before_anything_is_predicted(value, set
 
 
 def test_more_threads_than_cpus_are_the_cpus_with_a_warning(setup, monkeypatch):
-    monkeypatch.setattr(calibrate_module.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(calibrate_module.os, "sched_getaffinity", lambda pid: {0}, raising=False)  # Linux only
     with pytest.warns(UserWarning, match="num_threads 64 is more than the 1 CPU"):
         assert calibrate_module._check_threads(64, "num_threads") == 1
 

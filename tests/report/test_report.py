@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -329,10 +330,15 @@ def test_probability_only_predictions_the_report_reads_the_maps_evaluate_derived
     def refuse(*args, **kwargs):
         raise AssertionError("the report computed what evaluate wrote")
 
-    import monai_unc.report.html as html_module
-
-    for module in (case_module, rows_module, runner_module, html_module):
-        monkeypatch.setattr(module, "derived_maps", refuse, raising=False)
+    # every name a loaded monai_unc module binds the map computation to, whatever the name (earlier versions patched
+    # four modules by name, one of them report.html, which holds none: raising=False patched nothing there)
+    bound = [(module, name) for module in list(sys.modules.values())
+             if getattr(module, "__name__", "").startswith("monai_unc")
+             for name, value in list(vars(module).items()) if value is rows_module.derived_maps]
+    assert {(m.__name__, name) for m, name in bound} >= {(m.__name__, "derived_maps")
+                                                         for m in (case_module, rows_module, runner_module)}
+    for module, name in bound:
+        monkeypatch.setattr(module, name, refuse)
     monkeypatch.setattr(cohort_module, "summarize", refuse)
     text = build_report(ev, tmp_path / "r", n_cases=2, images=data["images"]).read_text()
     first = json.loads((ev / "summary.json").read_text())["triage"]["order"][0]

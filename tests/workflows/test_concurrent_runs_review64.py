@@ -88,7 +88,7 @@ def test_an_evaluate_that_ends_while_another_process_writes_its_report_exits_0(e
     holder = ForkedHolder(lambda: output_lock(ev / "report", "monai-unc report"))
     try:
         monkey = pytest.MonkeyPatch()
-        monkey.setattr(html, "_REPORT_WAIT_S", 0.2, raising=False)  # the report takes longer
+        monkey.setattr(html, "_REPORT_WAIT_S", 0.2)  # the report takes longer
         try:
             capsys.readouterr()
             with warnings.catch_warnings(record=True) as caught:
