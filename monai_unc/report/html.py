@@ -602,7 +602,8 @@ def _regions_section(summary: Mapping[str, Any]) -> Markup:
               id="regions")
 
 
-def product_section(section: ReportSection, key: str, section_id: str | None = None) -> Markup:
+def product_section(section: ReportSection, key: str, section_id: str | None = None,
+                    other_ids: Iterable[str] = ()) -> Markup:
     """The HTML of a product's :class:`~monai_unc.product.ReportSection`.
 
     Heading, paragraphs, cards and a table, every string escaped. The ids of its tables and banners
@@ -613,6 +614,7 @@ def product_section(section: ReportSection, key: str, section_id: str | None = N
         section: the section.
         key: the product's name (the section's ``id``: ``product-<key>``, or the section's own ``anchor``).
         section_id: the section's id when given (:func:`product_sections` gives each section of a page its own).
+        other_ids: the ids of the page's other sections, which no table or banner of this one takes.
 
     Returns:
         The ``<section>`` element.
@@ -629,7 +631,9 @@ def product_section(section: ReportSection, key: str, section_id: str | None = N
         tables.insert(0, ReportTable(section.table_head, section.table_rows))
     # one id per table and banner, whatever their keys
     keys = [str(t.key) for t in tables if t.key] + [str(k) for k, _, _ in section.banners]
-    sub_ids = iter(_unique_ids([(f"{anchor}-{_anchor(k)}", k) for k in keys]))
+    others = {_file_key(i) for i in other_ids}
+    sub_ids = iter(_unique_ids([(f"{anchor}-{_anchor(k)}", k) for k in keys],
+                               reserved=lambda i: _file_key(i) in others or _file_key(i) in _PAGE_IDS))
     for t in tables:
         if t.title:
             parts.append(el("h3", str(t.title)))
@@ -700,7 +704,8 @@ def product_sections(summary: Mapping[str, Any]) -> list[Markup]:
             if not isinstance(section, ReportSection):
                 raise TypeError(f"{cls.__name__}.report_section must return a ReportSection or None")
             shown.append((section, str(key)))
-    return [product_section(section, key, section_id) for (section, key), section_id in zip(shown, section_ids(shown))]
+    ids = section_ids(shown)
+    return [product_section(section, key, section_id, ids) for (section, key), section_id in zip(shown, ids)]
 
 
 def section_ids(sections: Sequence[tuple[ReportSection, str]]) -> list[str]:
@@ -709,7 +714,8 @@ def section_ids(sections: Sequence[tuple[ReportSection, str]]) -> list[str]:
     A section keeps the id it asks for (its ``anchor``, else ``product-<name>``) unless another section, or the page
     (``summary``, ``triage``, ``plots``), has it; then it gets that id ending with ``-`` and a digest of its
     product's name (in earlier versions two products asking for one anchor shared it, and links jumped to the first).
-    An anchor beginning as the page's figures and viewers do (``fig-``, ``viewer-``) is written ``product-<anchor>``.
+    An anchor beginning as the page's figures and viewers do (``fig-``, ``viewer-``; ``fig`` and ``viewer`` too, which
+    would give its tables such ids) is written ``product-<anchor>``.
 
     Args:
         sections: ``(section, product name)`` of each product's section, in the page's order.
@@ -725,7 +731,7 @@ def section_ids(sections: Sequence[tuple[ReportSection, str]]) -> list[str]:
     """
     wanted = [(_section_id(section, str(key)), str(key)) for section, key in sections]
     # an id of the page's figures or viewers (fig-..., viewer-...) as a product's: product-fig-...
-    wanted = [(f"product-{w}" if _file_key(w).startswith(_PAGE_ID_PREFIXES) else w, k) for w, k in wanted]
+    wanted = [(f"product-{w}" if f"{_file_key(w)}-".startswith(_PAGE_ID_PREFIXES) else w, k) for w, k in wanted]
     return _unique_ids(wanted, reserved=_page_id)
 
 
@@ -1491,7 +1497,7 @@ def _unique_ids(wanted: Sequence[tuple[str, str]], reserved: Callable[[str], boo
     written in it as it is (``"a_b"`` in ``reliability-a_b``, before ``"a b"``), else the first in code point order,
     keeps it, whatever the order of the names; every other one gets ``-`` and a digest of its name (8 hex digits, more
     in the unlikely case that these collide too), so adding a name never renames another one's figure unless that
-    one's id was the same. A name given twice gets a counter from its second time.
+    one's id was the same. A name given more than once (a table and a banner of one key) also gets a counter.
     """
     taken: set[str] = set()
     out: list[str | None] = [None] * len(wanted)
@@ -1509,9 +1515,14 @@ def _unique_ids(wanted: Sequence[tuple[str, str]], reserved: Callable[[str], boo
         want, name = wanted[i]
         repeat = seen[name] = seen.get(name, 0) + 1
         digest = hashlib.sha256(name.encode()).hexdigest()
+        # a free one among these: at most len(taken) of the counted ones are taken (``reserved`` blocks a few ids,
+        # never a family of them)
         tries = itertools.chain([f"{want}-{digest[:n]}" for n in (8, 16, 64)] if repeat == 1 else [],
-                                (f"{want}-{digest[:8]}-{k}" for k in itertools.count(repeat)))
-        out[i] = next(t for t in tries if _file_key(t) not in taken and (reserved is None or not reserved(t)))
+                                (f"{want}-{digest[:8]}-{k}" for k in range(repeat, repeat + len(taken) + 64)))
+        free = next((t for t in tries if _file_key(t) not in taken and (reserved is None or not reserved(t))), None)
+        if free is None:
+            raise ValueError(f"no free element id for the name {name!r} (wanted {want!r}) on the page")
+        out[i] = free
         taken.add(_file_key(out[i]))
     return [str(o) for o in out]
 

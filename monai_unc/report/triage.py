@@ -676,8 +676,8 @@ def build_triage_page(
     ]
     shown = [(section, cls.name) for command, cls in products.items()  # the products' commands run on these cases
              if (section := cls.applied_section(folders[command])) is not None]
-    sections += [product_section(section, name, section_id)  # one id per section, none of the page's own
-                 for (section, name), section_id in zip(shown, section_ids(shown))]
+    ids = section_ids(shown)  # one id per section, none of the page's own
+    sections += [product_section(section, name, section_id, ids) for (section, name), section_id in zip(shown, ids)]
     sections.append(el("section", el("h2", "Scores"), el("div", *map(img_tag, figures), class_="plots"), id="plots"))
     cases = case_figures_section("Most uncertain cases: slices of highest uncertainty", case_figs, case_notes,
                                  summary["order"])

@@ -192,3 +192,20 @@ def test_the_ascii_rule_is_one_function():
     for name in ("a b", "x.", "--", "W-T", "Ödem 2", "a__b"):
         assert html_module._slug(name) == (config.former_region_suffix(name) or "region")
         assert config._former_slug(name) == (config.former_region_suffix(name) or "class").lower()
+
+
+def test_tables_take_no_id_of_another_section_or_of_the_page():
+    sections = {"one": ReportSection("One", anchor="x", tables=[ReportTable(["case"], [["c1"]], key="y")]),
+                "two": ReportSection("Two", anchor="x-y"),
+                "three": ReportSection("Three", anchor="fig", banners=[("referral", "note", "text")])}
+
+    class Product:
+        def report_section(self, block):
+            return sections[block["key"]]
+
+    monkeypatch = pytest.MonkeyPatch()
+    with monkeypatch.context() as m:
+        m.setattr(html_module, "product_type", lambda key: Product() if key in sections else None)
+        ids = [i for s in product_sections({k: {"key": k} for k in sections}) for i in _ids(str(s))]
+    assert len(ids) == len(set(ids)) == 5, ids
+    assert "x-y" in ids and "fig-referral" not in ids and "product-fig" in ids, ids
