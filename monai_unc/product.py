@@ -543,7 +543,8 @@ class ReportTable:
         rows: the body rows: plain values (strings as they are, numbers through :func:`format_cell`).
         title: a sub-heading above the table (none when empty).
         note: a paragraph between the sub-heading and the table (none when empty).
-        key: the table's id within the section (``<section id>-<key>``; none when empty).
+        key: the table's id within the section (``<section id>-<key>``, a digest of the key after it where another
+            table's or banner's key of the section gives that id; none when empty).
         row_data: per row, ``{name: value}`` written as the row's ``data-<name>`` attributes (e.g. the exact numbers
             behind rounded cells, for tools that read the page).
 
@@ -593,10 +594,12 @@ class ReportSection:
         table_head: the header of an optional table.
         table_rows: its rows (plain values: strings and numbers, formatted by the report).
         tables: more tables (:class:`ReportTable`), each with its sub-heading and note, after the first.
-        anchor: the section's id (default ``product-<name>``); letters, digits, ``-`` and ``_``.
+        anchor: the section's id (default ``product-<name>``); letters, digits, ``-`` and ``_``. Where another
+            section of the page, or the page itself, has that id, the report writes it with ``-`` and a digest of the
+            product's name after it (``product-`` before it for an id beginning ``fig-`` or ``viewer-``).
         items: a bulleted list after the paragraphs (plain text).
         banners: warnings shown as banners after the tables: ``(key, heading, text)``, the banner's id
-            ``<anchor>-<key>``.
+            ``<anchor>-<key>`` (a digest of the key after it where another table's or banner's key gives that id).
 
     Example:
         >>> ReportSection("Volume error", ["Predicted minus true volume."], cards=[("mean bias", "1.2 ml")]).title

@@ -99,7 +99,7 @@ def _former_slug(name: str) -> str:
 
     What the columns of an evaluation written by such a version are named after; read back by :func:`dice_columns`.
     """
-    return re.sub(r"[^0-9a-zA-Z]+", "_", str(name)).strip("_").lower() or "class"
+    return (former_region_suffix(name) or "").lower() or "class"  # one ASCII rule for both (and the report's ids)
 
 
 def former_region_suffix(name: str) -> str | None:

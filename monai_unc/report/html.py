@@ -38,6 +38,7 @@ import base64
 import contextlib
 import datetime as _dt
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -62,7 +63,7 @@ from ..evaluation import (
     fill_undefined_scores,
     load_evaluation,
 )
-from ..evaluation.config import DERIVED_MAPS_DIR
+from ..evaluation.config import DERIVED_MAPS_DIR, former_region_suffix
 from ..evaluation.products import PRODUCTS_DIR
 from ..io import (
     CaseFiles,
@@ -113,6 +114,7 @@ __all__ = [
     "REPORT_SOURCE_RECORD",
     "build_report",
     "cards",
+    "case_figure_paths",
     "case_overlays",
     "product_section",
     "product_sections",
@@ -128,6 +130,7 @@ __all__ = [
     "remove_stale_report",
     "score_formatter",
     "scroll_box",
+    "section_ids",
     "table",
     "threshold_text",
     "warning_list",
@@ -599,14 +602,19 @@ def _regions_section(summary: Mapping[str, Any]) -> Markup:
               id="regions")
 
 
-def product_section(section: ReportSection, key: str) -> Markup:
+def product_section(section: ReportSection, key: str, section_id: str | None = None,
+                    other_ids: Iterable[str] = ()) -> Markup:
     """The HTML of a product's :class:`~monai_unc.product.ReportSection`.
 
-    Heading, paragraphs, cards and a table, every string escaped.
+    Heading, paragraphs, cards and a table, every string escaped. The ids of its tables and banners
+    (``<section id>-<key>``) are distinct whatever their keys (in earlier versions keys ``"a b"`` and ``"a_b"`` gave
+    one id, and a link jumped to the first); a key that shares its id with no other keeps the id of earlier versions.
 
     Args:
         section: the section.
-        key: the product's name (the section's ``id``: ``product-<key>``).
+        key: the product's name (the section's ``id``: ``product-<key>``, or the section's own ``anchor``).
+        section_id: the section's id when given (:func:`product_sections` gives each section of a page its own).
+        other_ids: the ids of the page's other sections, which no table or banner of this one takes.
 
     Returns:
         The ``<section>`` element.
@@ -617,14 +625,15 @@ def product_section(section: ReportSection, key: str) -> Markup:
         parts.append(el("ul", *[el("li", str(item)) for item in section.items]))
     if section.cards:
         parts.append(cards([(str(label), str(value)) for label, value in section.cards]))
-    if section.anchor:  # the product's own id (letters, digits, "-", "_")
-        given = str(section.anchor)
-        anchor = given if re.fullmatch(r"[A-Za-z][\w-]*", given) else _anchor(given)
-    else:  # a registered product's name is an identifier: kept as it is
-        anchor = f"product-{key if key.isidentifier() else _anchor(key)}"
+    anchor = _section_id(section, key) if section_id is None else str(section_id)
     tables = list(section.tables)
     if section.table_head:
         tables.insert(0, ReportTable(section.table_head, section.table_rows))
+    # one id per table and banner, whatever their keys
+    keys = [str(t.key) for t in tables if t.key] + [str(k) for k, _, _ in section.banners]
+    others = {_file_key(i) for i in other_ids}
+    sub_ids = iter(_unique_ids([(f"{anchor}-{_anchor(k)}", k) for k in keys],
+                               reserved=lambda i: _file_key(i) in others or _file_key(i) in _PAGE_IDS))
     for t in tables:
         if t.title:
             parts.append(el("h3", str(t.title)))
@@ -637,20 +646,47 @@ def product_section(section: ReportSection, key: str) -> Markup:
                            for i, v in enumerate(row)],
                    **{f"data_{_slug(str(k)).replace('-', '_')}": str(v) for k, v in extra.items()})
                 for row, extra in zip(t.rows, data)]
-        key_id = f"{anchor}-{_anchor(str(t.key))}" if t.key else None
+        key_id = next(sub_ids) if t.key else None
         parts.append(scroll_box(table([str(h) for h in t.head], rows, left=[str(t.head[0])] if t.head else (),
                                       id=key_id), str(t.title or section.title),
                                 "wide"))  # scrolls sideways inside a narrow (zoomed) page
-    for key, heading, text in section.banners:
+    for _, heading, text in section.banners:
         parts.append(el("div", el("b", str(heading)), " ", str(text), class_="banner",
-                        id=f"{anchor}-{_anchor(str(key))}"))
+                        id=next(sub_ids)))
     return el("section", *parts, id=anchor, class_="product")
+
+
+def _section_id(section: ReportSection, key: str) -> str:
+    """The id a product's section asks for.
+
+    Its own ``anchor`` (letters, digits, ``-``, ``_``; another as :func:`_anchor`), else ``product-<key>`` (a
+    registered product's name is an identifier: kept as it is).
+    """
+    if section.anchor:
+        given = str(section.anchor)
+        return given if re.fullmatch(r"[A-Za-z][\w-]*", given) else _anchor(given)
+    return f"product-{key if key.isidentifier() else _anchor(key)}"
+
+
+#: the ids of the report page's own sections, and the beginnings of its figures' and viewers' ids: a product's
+#: section asking for one gets another (:func:`product_sections`)
+_PAGE_IDS = frozenset({"summary", "triage", "triage-table", "regions", "regions-table", "plots", "cases", "viewers",
+                       "warnings", "triage-check", "mismatch", "unverified", "triage-link"})
+_PAGE_ID_PREFIXES = ("fig-", "viewer-")
+
+
+def _page_id(element_id: str) -> bool:
+    """Whether ``element_id`` is (or may be) one of the page's own ids (compared as :func:`_unique_ids` compares)."""
+    key = _file_key(element_id)
+    return key in _PAGE_IDS or key.startswith(_PAGE_ID_PREFIXES)
 
 
 def product_sections(summary: Mapping[str, Any]) -> list[Markup]:
     """The sections of the registered products whose blocks are in ``summary`` (:mod:`monai_unc.product`).
 
-    They come in the summary's order; a product that shows nothing is left out.
+    They come in the summary's order; a product that shows nothing is left out. Each section has its own id, none of
+    the page's own (``summary``, ``fig-...``): a section that asks for the id of another section or of the page gets
+    one ending with a digest of its product's name (the id of earlier versions otherwise).
 
     Args:
         summary: the evaluation's summary (as read from ``summary.json``).
@@ -658,7 +694,7 @@ def product_sections(summary: Mapping[str, Any]) -> list[Markup]:
     Returns:
         The ``<section>`` elements.
     """
-    out = []
+    shown: list[tuple[ReportSection, str]] = []
     for key, block in summary.items():
         cls = product_type(key)
         if cls is None or not isinstance(block, Mapping):
@@ -667,8 +703,63 @@ def product_sections(summary: Mapping[str, Any]) -> list[Markup]:
         if section is not None:
             if not isinstance(section, ReportSection):
                 raise TypeError(f"{cls.__name__}.report_section must return a ReportSection or None")
-            out.append(product_section(section, key))
-    return out
+            shown.append((section, str(key)))
+    ids = section_ids(shown)
+    return [product_section(section, key, section_id, ids) for (section, key), section_id in zip(shown, ids)]
+
+
+def section_ids(sections: Sequence[tuple[ReportSection, str]]) -> list[str]:
+    """The ids of the products' sections of one page: distinct, and none of the page's own.
+
+    A section keeps the id it asks for (its ``anchor``, else ``product-<name>``) unless another section, or the page
+    (``summary``, ``triage``, ``plots``), has it; then it gets that id ending with ``-`` and a digest of its
+    product's name (in earlier versions two products asking for one anchor shared it, and links jumped to the first).
+    An anchor beginning as the page's figures and viewers do (``fig-``, ``viewer-``; ``fig`` and ``viewer`` too, which
+    would give its tables such ids) is written ``product-<anchor>``.
+
+    Args:
+        sections: ``(section, product name)`` of each product's section, in the page's order.
+
+    Returns:
+        One id per section, in order.
+
+    Example:
+        >>> section_ids([(ReportSection("A", anchor="masks"), "a"), (ReportSection("B"), "b")])
+        ['masks', 'product-b']
+        >>> section_ids([(ReportSection("A", anchor="summary"), "a")])
+        ['summary-ca978112']
+    """
+    wanted = [(_section_id(section, str(key)), str(key)) for section, key in sections]
+    # an id of the page's figures or viewers (fig-..., viewer-...) as a product's: product-fig-...
+    wanted = [(f"product-{w}" if f"{_file_key(w)}-".startswith(_PAGE_ID_PREFIXES) else w, k) for w, k in wanted]
+    return _unique_ids(wanted, reserved=_page_id)
+
+
+def case_figure_paths(folder: str | os.PathLike, case_ids: Iterable[str]) -> dict[str, Path]:
+    """The figure file of each case of a page: :func:`~monai_unc.report.plots.case_figure_path`, one file per case.
+
+    Case ids that differ in case only (``"A"``, ``"a"``) name one file on a case-insensitive file system (macOS,
+    Windows), where one case's figure overwrote the other's in earlier versions: the id first in code point order
+    keeps ``case_<id>.png``, the other gets ``case_<id>-<digest of the id>.png``. Every other case keeps its file.
+
+    Args:
+        folder: the page's figure folder.
+        case_ids: the cases whose figures the page writes.
+
+    Returns:
+        ``{case id: figure file}``.
+
+    Raises:
+        ValueError: naming a case id that cannot name a file (empty, a path separator, NUL).
+
+    Example:
+        >>> sorted(p.name for p in case_figure_paths("figures", ["c1", "A", "a"]).values())
+        ['case_A.png', 'case_a-ca978112.png', 'case_c1.png']
+    """
+    ids = list(dict.fromkeys(str(c) for c in case_ids))
+    paths = [case_figure_path(folder, c) for c in ids]  # refuses an id that cannot name a file
+    stems = _unique_ids([(p.name[:-len(".png")], c) for p, c in zip(paths, ids)])
+    return {c: p.with_name(f"{stem}.png") for c, p, stem in zip(ids, paths, stems)}
 
 
 def render_html(
@@ -935,6 +1026,7 @@ def _case_figures(
     by_id = {str(r["case"]): r for r in state.rows}
     score_key = summary["score"]["column"]
     score = score_formatter(summary, state.rows)
+    figure_paths = case_figure_paths(fig_dir, [c for c in chosen if c in state.files])  # one file per case
     out = []
     for rank, cid in enumerate(chosen):
         if cid not in state.files:
@@ -976,7 +1068,7 @@ def _case_figures(
         overlays, notes = case_overlays(folders or {}, cid)
         fig = plot_case_overlay(cid, seg, label, u, case.image, case.spacing, measure, info=info,
                                 class_names=class_names, overlays=overlays, affine=case.affine, convention=convention)
-        path = case_figure_path(fig_dir, cid)
+        path = figure_paths[cid]
         png = save_png(fig, path)
         pos = order.index(cid) + 1
         what = "most certain case (for contrast)" if rank == len(chosen) - 1 and rank >= n_cases else "triage rank"
@@ -1122,9 +1214,11 @@ def _write_report(evaluation: Path, out_dir: Path, budget: float | None, images:
             f"line per region (Mehta et al., MELBA 2022). QU-BraTS score (mean over regions and cases) "
             f"{format_value(qb['score'])}; brain mask: {', '.join(qb['brain_mask'])}.",
             plot_qu_brats_curves(curves["thresholds"], curves["mean_over_cases"]))
+    # one figure file and id per region, whatever the names (in earlier versions "a b" and "a_b" shared both)
+    region_keys = _unique_anchors(state.region_histograms)
     for name, hist in state.region_histograms.items():
         cal = summary["regions"]["per_region"][name]["calibration"]
-        add(f"reliability-{_anchor(name)}", f"Reliability diagram, region {name} (pooled)",
+        add(f"reliability-{region_keys[str(name)]}", f"Reliability diagram, region {name} (pooled)",
             f"The region's probability of every voxel against the frequency of the region, from its merged binary "
             f"histograms; boxes: per-case spread. Pooled all-label ECE {format_value(cal['all_label_ece'], 4)} (the "
             f"diagram's), top-label ECE {format_value(cal['ece'], 4)} (the region table's).",
@@ -1354,7 +1448,12 @@ def _recorded_figures(fig_dir: Path) -> set[str]:
 
 
 def _slug(name: str) -> str:
-    return re.sub(r"[^0-9a-zA-Z]+", "_", name).strip("_") or "region"
+    """The id part of an ASCII name, as in earlier versions.
+
+    :func:`~monai_unc.evaluation.config.former_region_suffix` (the one rule of every run of characters other than
+    ASCII letters and digits as ``_``), ``region`` when nothing is left.
+    """
+    return former_region_suffix(name) or "region"
 
 
 #: the longest non-ASCII anchor in UTF-8 bytes before it is cut and told apart by a digest (it names a figure file too)
@@ -1380,6 +1479,58 @@ def _anchor(name: str) -> str:
         cut = out.encode()[:_ANCHOR_BYTES - 17].decode(errors="ignore")
         out = f"{cut}-{hashlib.sha256(name.encode()).hexdigest()[:16]}"
     return out
+
+
+def _file_key(name: str) -> str:
+    """``name`` as a case-insensitive, normalisation-insensitive file system compares names (macOS, Windows).
+
+    Two ids of one key would name one figure file there.
+    """
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold())
+
+
+def _unique_ids(wanted: Sequence[tuple[str, str]], reserved: Callable[[str], bool] | None = None) -> list[str]:
+    """Element ids (and figure file names) unique within a page for ``(id wanted, name)`` pairs, in their order.
+
+    An id that no other wanted id (nor a ``reserved`` one) equals, compared as a case-insensitive file system compares
+    file names (:func:`_file_key`), is kept: the id of earlier versions. Of the names that want one id, the one
+    written in it as it is (``"a_b"`` in ``reliability-a_b``, before ``"a b"``), else the first in code point order,
+    keeps it, whatever the order of the names; every other one gets ``-`` and a digest of its name (8 hex digits, more
+    in the unlikely case that these collide too), so adding a name never renames another one's figure unless that
+    one's id was the same. A name given more than once (a table and a banner of one key) also gets a counter.
+    """
+    taken: set[str] = set()
+    out: list[str | None] = [None] * len(wanted)
+    groups: dict[str, list[int]] = {}
+    for i, (want, _) in enumerate(wanted):
+        groups.setdefault(_file_key(want), []).append(i)
+    for key, members in groups.items():
+        if reserved is not None and reserved(wanted[members[0]][0]):
+            continue
+        first = min(members, key=lambda i: (not wanted[i][0].endswith(wanted[i][1]), wanted[i][1], i))
+        out[first] = wanted[first][0]
+        taken.add(key)
+    seen: dict[str, int] = {}
+    for i in sorted((i for i in range(len(wanted)) if out[i] is None), key=lambda i: (wanted[i][1], i)):
+        want, name = wanted[i]
+        repeat = seen[name] = seen.get(name, 0) + 1
+        digest = hashlib.sha256(name.encode()).hexdigest()
+        # a free one among these: at most len(taken) of the counted ones are taken (``reserved`` blocks a few ids,
+        # never a family of them)
+        tries = itertools.chain([f"{want}-{digest[:n]}" for n in (8, 16, 64)] if repeat == 1 else [],
+                                (f"{want}-{digest[:8]}-{k}" for k in range(repeat, repeat + len(taken) + 64)))
+        free = next((t for t in tries if _file_key(t) not in taken and (reserved is None or not reserved(t))), None)
+        if free is None:
+            raise ValueError(f"no free element id for the name {name!r} (wanted {want!r}) on the page")
+        out[i] = free
+        taken.add(_file_key(out[i]))
+    return [str(o) for o in out]
+
+
+def _unique_anchors(names: Iterable[Any], reserved: Callable[[str], bool] | None = None) -> dict[str, str]:
+    """``{name: id part}`` of distinct names, unique within a page (:func:`_unique_ids` of :func:`_anchor`)."""
+    names = list(dict.fromkeys(str(n) for n in names))
+    return dict(zip(names, _unique_ids([(_anchor(n), n) for n in names], reserved)))
 
 
 def read_metrics_csv(path: str | os.PathLike) -> list[dict[str, str]]:

@@ -64,6 +64,7 @@ from .html import (
     PAGE_CSS,
     Figure,
     cards,
+    case_figure_paths,
     case_figures_section,
     case_overlays,
     decision_tag,
@@ -75,11 +76,12 @@ from .html import (
     product_section,
     region_display,
     scroll_box,
+    section_ids,
     table,
     warning_list,
 )
 from .markup import Markup, check_url, document, el, escape, isolate
-from .plots import case_figure_path, plot_case_overlay, save_png
+from .plots import plot_case_overlay, save_png
 from .viewer import CONVENTIONS, VIEWER_CSS, case_viewer, check_convention, viewer_scripts, viewer_section
 
 __all__ = ["build_triage_page", "plot_score_distribution", "plot_triage_overlay", "link_page"]
@@ -390,8 +392,10 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
     unread = [] if unread is None else unread
     cases = {c["case"]: c for c in summary["cases"]}
     score = _score_formatter(summary, rule)
+    chosen = summary["order"][:n_cases]
+    figure_paths = case_figure_paths(fig_dir, [c for c in chosen if summary.get("files", {}).get(c)])  # one per case
     out = []
-    for cid in summary["order"][:n_cases]:
+    for cid in chosen:
         d = summary.get("files", {}).get(cid)
         if not d:
             continue
@@ -420,7 +424,7 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
         fig = plot_triage_overlay(cid, seg, u, case.image, case.spacing, rule.measure, info=info,
                                   class_names=class_names, overlays=overlays, affine=case.affine,
                                   convention=convention)
-        path = case_figure_path(fig_dir, cid)
+        path = figure_paths[cid]
         out.append(Figure(f"case-{cid}", f"{cid}: triage rank {summary['order'].index(cid) + 1} of "
                           f"{len(summary['order'])} ({c['decision']})",
                           f"Reason: {c['reason']}. Rows: the axial, coronal and sagittal slices with the largest "
@@ -670,10 +674,10 @@ def build_triage_page(
            el("p", _interval_note(rule, summary), class_="note") if any("expected_dice" in c for c in cases) else None,
            id="triage"),
     ]
-    for command, cls in products.items():  # the sections of the products' commands run on these cases
-        section = cls.applied_section(folders[command])
-        if section is not None:
-            sections.append(product_section(section, cls.name))
+    shown = [(section, cls.name) for command, cls in products.items()  # the products' commands run on these cases
+             if (section := cls.applied_section(folders[command])) is not None]
+    ids = section_ids(shown)  # one id per section, none of the page's own
+    sections += [product_section(section, name, section_id, ids) for (section, name), section_id in zip(shown, ids)]
     sections.append(el("section", el("h2", "Scores"), el("div", *map(img_tag, figures), class_="plots"), id="plots"))
     cases = case_figures_section("Most uncertain cases: slices of highest uncertainty", case_figs, case_notes,
                                  summary["order"])
