@@ -4,6 +4,9 @@
 ``warnings.catch_warnings()`` with every ``UserWarning`` ignored: process-wide state that hid every warning of
 ``summarize`` that it does not list itself (and other threads' warnings), not only the "no threshold certifies"
 line, which ``summarize`` lists in the summary (the rule records it) and never raises to its caller.
+
+``summarize``, ``evaluate_case`` and ``triage_case`` listed the ``UserWarning`` s they recorded and dropped every other
+category; they issue those again as raised (``_utils.reemit_warning``).
 """
 
 from __future__ import annotations
