@@ -2254,6 +2254,44 @@ def main_rank_warnings() -> Iterator[None]:
         yield
 
 
+def reemit_warning(caught: warnings.WarningMessage, registry: dict[Any, Any]) -> None:
+    """Issue a warning recorded by ``warnings.catch_warnings(record=True)`` again, as where it was raised.
+
+    The same message, category, file and line, and the module of that file (so that a filter naming the module, e.g.
+    ``-W "ignore::FutureWarning:monai"`` or the command line's own for the package's deprecations, applies as it did
+    to the original); ``registry`` keeps the once-per-location record of the filters' ``"default"`` action across
+    calls (give one dict per place that re-emits).
+
+    Args:
+        caught: one recorded warning.
+        registry: the registry of the re-emitted warnings (a module-level dict of the caller).
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as got:
+        ...     warnings.simplefilter("always")
+        ...     warnings.warn("degenerate", RuntimeWarning)
+        >>> with warnings.catch_warnings(record=True) as again:
+        ...     warnings.simplefilter("always")
+        ...     reemit_warning(got[0], {})
+        >>> (str(again[0].message), again[0].category.__name__, again[0].lineno == got[0].lineno)
+        ('degenerate', 'RuntimeWarning', True)
+    """
+    module = _MODULE_OF_FILE.get(caught.filename)
+    if module is None:
+        module = next((name for name, m in list(sys.modules.items())
+                       if getattr(m, "__file__", None) == caught.filename), None)
+        if module is not None:
+            _MODULE_OF_FILE[caught.filename] = module
+    # module=None is not the default: no filter would match it (the default derives the name from the file's)
+    where = {} if module is None else {"module": module}
+    warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno, registry=registry, **where)
+
+
+#: file -> module name, for :func:`reemit_warning`
+_MODULE_OF_FILE: dict[str, str] = {}
+
+
 def _device_of_type(kind: str) -> torch.device:
     """This rank's device of a type another rank named: its current CUDA device for ``"cuda"``."""
     return torch.device("cuda", torch.cuda.current_device()) if kind == "cuda" else torch.device(kind)

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from .._utils import reemit_warning
 from ..activation import TaskView
 from ..io import CaseError, CaseFiles, LoadedCase, is_seg_label, load_case, segment_label_values, sheared_grid
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics
@@ -53,6 +54,11 @@ from .rows import (
 
 __all__ = ["CaseResult", "class_dice", "derived_maps", "primary_measure", "load_evaluation_case", "evaluate_case",
            "kept_task"]
+
+
+#: the registry of the warnings other than UserWarnings that :func:`evaluate_case` issues again (shown as the
+#: filters say: once per location under the default action, as where they were raised)
+_OTHER_WARNINGS: dict[Any, Any] = {}
 
 
 def _namer(task: TaskView) -> Callable[[str], str]:
@@ -306,6 +312,10 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
         _refuse_clash("case_metrics", custom, product_columns, "the columns of the products")
         _refuse_clash("products", product_columns, {**row, "shift": None})
         row.update(product_columns)  # last: an evaluation without products keeps its columns and their order
+    for w in caught:  # the UserWarnings are the case's (listed); the others (a user's case metric's, numpy's on the
+        # case's arrays, a deprecation) are issued again as raised (found by review 70: dropped before)
+        if not issubclass(w.category, UserWarning):
+            reemit_warning(w, _OTHER_WARNINGS)
     messages = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
     if not act.multilabel:
         return CaseResult(row, None if hists is None else hists[0], messages, states=states,

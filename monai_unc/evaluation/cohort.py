@@ -22,7 +22,16 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from .._utils import is_count, is_finite_real, is_real, is_text_list, share_count, unique_json_keys, warn_nan
+from .._utils import (
+    is_count,
+    is_finite_real,
+    is_real,
+    is_text_list,
+    reemit_warning,
+    share_count,
+    unique_json_keys,
+    warn_nan,
+)
 from ..io import (
     LIBRARIES_KEY,
     VERSION_KEY,
@@ -381,6 +390,11 @@ def _check_state_histogram(hist: ConfidenceHistogram, layout: tuple[int, int], i
     if extra:
         raise ValueError(f"{source}: holds case(s) {extra[:5]} that rows.json has no row of: another evaluation's "
                          "state?")
+
+
+#: the registry of the warnings other than UserWarnings that :func:`summarize` issues again (shown as the
+#: filters say: once per location under the default action, as where they were raised)
+_OTHER_WARNINGS: dict[Any, Any] = {}
 
 
 #: the text columns of an evaluation's rows (every other column holds numbers, or text in every row)
@@ -1052,6 +1066,10 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
         if state.regions is not None:
             summary.update(_region_summary(state, rows, ids, score_key, config))
         summary.update({k: v for k, v in blocks.items() if k not in implicit})
+    for w in caught:  # listed below: the UserWarnings; the others are issued again as raised (found by review 70:
+        # dropped before)
+        if not issubclass(w.category, UserWarning):
+            reemit_warning(w, _OTHER_WARNINGS)
     msgs = sorted({str(w.message) for w in caught if issubclass(w.category, UserWarning)} | set(map(str, fit_warnings)))
     summary["warnings"] = sorted(set(state.warnings)) + [f"cohort: {m}" for m in msgs]
     return json_safe(summary)
@@ -1245,16 +1263,16 @@ def resummarize(state: CohortState, saved: Mapping[str, Any], budget: float | No
         bins = {"n_bins": state.n_fine_bins // 16}
         overrides = {**overrides, **bins}
     config = config_from_summary(saved, state.rows, budget, **overrides)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # already listed in the summary
-        summary = summarize(state, config)
-        # evaluate's warnings that the saved state cannot give again are carried over: those a summary with the
-        # recorded options does not give (found by hostile review 60: the warning that a class no case holds scores
-        # Dice 1 in every case, which needs the cases' classes that the state does not keep, and those of fitting the
-        # products whose blocks are kept, were missing from the page of `monai-unc report --budget`)
-        changed = budget is not None or any(v is not None for k, v in overrides.items() if k not in bins)
-        recomputed = set((summarize(state, config_from_summary(saved, state.rows, **bins)) if changed
-                          else summary)["warnings"])
+    # summarize lists its warnings in the summary and does not raise them: nothing is filtered here (a process-wide
+    # filter hid every UserWarning that summarize does raise, found by review 70)
+    summary = summarize(state, config)
+    # evaluate's warnings that the saved state cannot give again are carried over: those a summary with the
+    # recorded options does not give (found by hostile review 60: the warning that a class no case holds scores
+    # Dice 1 in every case, which needs the cases' classes that the state does not keep, and those of fitting the
+    # products whose blocks are kept, were missing from the page of `monai-unc report --budget`)
+    changed = budget is not None or any(v is not None for k, v in overrides.items() if k not in bins)
+    recomputed = set((summarize(state, config_from_summary(saved, state.rows, **bins)) if changed
+                      else summary)["warnings"])
     shown = set(summary["warnings"])
     summary["warnings"] = list(summary["warnings"]) + [
         w for w in saved.get("warnings") or [] if w not in recomputed and w not in shown]

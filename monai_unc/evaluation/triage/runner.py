@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ... import __version__
-from ..._utils import listed, refusing
+from ..._utils import listed, reemit_warning, refusing
 from ...engine import CaseCache, CohortRun, get_dist_context, run_cases
 from ...io import (
     CaseError,
@@ -67,6 +67,11 @@ _STATE_FORMAT = 2
 # ----------------------------------------------------------------------------------------------------------------
 # triage of new cases (step 2)
 # ----------------------------------------------------------------------------------------------------------------
+#: the registry of the warnings other than UserWarnings that :func:`triage_case` issues again (shown as the
+#: filters say: once per location under the default action, as where they were raised)
+_OTHER_WARNINGS: dict[Any, Any] = {}
+
+
 def find_prediction_cases(
     predictions: str | os.PathLike,
     rule: ReferralRule,
@@ -270,6 +275,10 @@ def triage_case(files: CaseFiles, rule: ReferralRule, *, maps: str | os.PathLike
         row["foreground_voxels"] = fg_voxels
         row["voxels"] = voxels
         row["spacing"] = "x".join(f"{s:.4g}" for s in case.spacing)
+    for w in caught:  # the UserWarnings are the case's (listed); the others are issued again as raised (found by
+        # review 70: dropped before)
+        if not issubclass(w.category, UserWarning):
+            reemit_warning(w, _OTHER_WARNINGS)
     row["warnings"] = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
     row["files"] = files.to_json()
     if maps is not None:  # the arrays scored above, written once (nothing for a case with map files of its own)
