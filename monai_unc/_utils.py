@@ -8,6 +8,7 @@ input's library (numpy in, numpy out; torch in, torch out on the same device).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import decimal
 import json
@@ -2404,9 +2405,80 @@ def user_stacklevel() -> int:
     return level
 
 
+#: the warnings :func:`said_once_per_call` holds while a metric's call runs in this thread (or asyncio task):
+#: ``{(category, key): (category, message, key, rank)}``; None outside such a call (a context variable: one thread's
+#: call holds none of another's warnings, and no warning filter changes)
+_HELD_WARNINGS: contextvars.ContextVar[dict[Any, tuple[type[Warning], str, Any, float]] | None] = \
+    contextvars.ContextVar("monai_unc_held_warnings", default=None)
+
+
+def say_warning(
+    message: str, category: type[Warning] = UserWarning, stacklevel: int = 1, key: Any = None, rank: float = 0.0
+) -> None:
+    """:func:`warnings.warn`, or, inside :func:`said_once_per_call`, hold the warning for the end of that call.
+
+    Args:
+        message: the warning's text.
+        category: its class.
+        stacklevel: as :func:`warnings.warn`'s, counted from the caller of this function.
+        key: warnings of the same category and key are said once in a held call (default: the message itself).
+        rank: of several held warnings of one key, the one of the largest rank is said (e.g. the most extreme value
+            of the call's cases), else the first.
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     said_once_per_call(lambda: [say_warning("degenerate case") for _ in range(2)])
+        [None, None]
+        >>> [str(w.message) for w in caught]
+        ['degenerate case']
+    """
+    held = _HELD_WARNINGS.get()
+    if held is None:
+        warnings.warn(message, category, stacklevel=stacklevel + 1)
+        return
+    k = (category, message if key is None else key)
+    if k not in held or rank > held[k][3]:
+        held[k] = (category, message, key, rank)
+
+
+def said_once_per_call(call: Callable[..., _R], *args: Any, **kwargs: Any) -> _R:
+    """``call(*args, **kwargs)``, each distinct warning of :func:`say_warning` inside said once, at the user's line.
+
+    For a MONAI metric adapter's ``__call__``: MONAI's ``CumulativeIterationMetric.__call__`` evaluates every case
+    (and every item of a decollated list) in turn, so a warning of degenerate input said inside came once per case, at
+    a line of MONAI's ``metric.py`` (or of this package), which a filter on the user's module does not match. The
+    warnings are held (:func:`say_warning`) and said when the call returns, with :func:`user_stacklevel`; a call that
+    raises drops its held warnings (the error is what it says), and leaves none for the next call. Inside another
+    held call they join that call's.
+
+    Args:
+        call: the function to run.
+        *args: its positional arguments.
+        **kwargs: its keyword arguments.
+
+    Returns:
+        What ``call`` returns.
+
+    Example:
+        >>> said_once_per_call(max, 1, 2)
+        2
+    """
+    held: dict[Any, tuple[type[Warning], str, Any, float]] = {}
+    token = _HELD_WARNINGS.set(held)
+    try:
+        out = call(*args, **kwargs)
+    finally:
+        _HELD_WARNINGS.reset(token)
+    for category, message, key, rank in held.values():
+        say_warning(message, category, stacklevel=user_stacklevel(), key=key, rank=rank)
+    return out
+
+
 def warn_nan(message: str, stacklevel: int = 3) -> float:
-    """Emit a ``UserWarning`` for degenerate but valid input and return NaN."""
-    warnings.warn(message, UserWarning, stacklevel=stacklevel)
+    """Emit a ``UserWarning`` for degenerate but valid input and return NaN (held in :func:`said_once_per_call`)."""
+    say_warning(message, UserWarning, stacklevel=stacklevel)
     return float("nan")
 
 

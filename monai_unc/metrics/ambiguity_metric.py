@@ -24,6 +24,7 @@ from .._utils import (
     check_same_cases,
     main_rank_warnings,
     reduce_case_values,
+    said_once_per_call,
     sync_case_buffers,
 )
 from .ambiguity import (
@@ -66,9 +67,22 @@ class _CaseMetric(CumulativeIterationMetric):
         sync_case_buffers(self)
 
     def __call__(self, y_pred: Any, y: Any = None, **kwargs: Any) -> Any:
-        """Add a batch (see the class); a keyword argument raises ``TypeError`` (none is read)."""
+        """Add a batch (see the class); a keyword argument raises ``TypeError`` (none is read).
+
+        Args:
+            y_pred: the batch ``(B, K, *spatial)`` (or a decollated list), as the class reads it.
+            y: the reference, as the class reads it.
+            **kwargs: none is read: a keyword raises ``TypeError``.
+
+        Returns:
+            The per-case values of the batch.
+
+        Warns:
+            UserWarning: each distinct warning of an undefined case (e.g. a constant map for NCC) once for the call,
+                at the caller's line. In earlier versions it came once per case, at a line of this package.
+        """
         check_call_keywords(self, kwargs)
-        return super().__call__(y_pred, y)
+        return said_once_per_call(super().__call__, y_pred, y)
 
     def _compute_list(self, y_pred: Any, y: Any = None, **kwargs: Any) -> Any:
         """MONAI's evaluation of decollated lists, refused when they hold different numbers of cases or none.

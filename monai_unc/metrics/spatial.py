@@ -56,7 +56,6 @@ The ``CumulativeIterationMetric`` classes that wrap these functions for MONAI wo
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -80,6 +79,7 @@ from .._utils import (
     num_threads,
     per_axis_mm,
     real_number,
+    say_warning,
     thread_map,
     to_numpy,
     to_tensor,
@@ -189,13 +189,16 @@ def _warn_off_scale(u: Array, metric: str) -> None:
     """
     top, low = float(u.max()), float(u.min())
     if top > 1.0 + _UNIT_SCALE_SLACK or low < -_UNIT_SCALE_SLACK:
-        where = f"{top:.4g}, above 1" if top > 1.0 + _UNIT_SCALE_SLACK else f"{low:.4g}, below 0"
-        warnings.warn(
+        above = top > 1.0 + _UNIT_SCALE_SLACK
+        where = f"{top:.4g}, above 1" if above else f"{low:.4g}, below 0"
+        say_warning(  # a metric class's call says it once, naming its most extreme case (key and rank)
             f"{metric}: the uncertainty reaches {where}; {metric} compares it with error rates in [0, 1], "
             "so pass a map on that scale (entropy or mutual information divided by log C, 1 - max p)"
             + (" or normalize=True" if metric == "BA-ECE" else ""),
             UserWarning,
             stacklevel=3,
+            key=(metric, "off scale", above),
+            rank=top if above else -low,
         )
 
 

@@ -27,6 +27,7 @@ from .._utils import (
     main_rank_warnings,
     probability_tolerance,
     reduce_case_values,
+    said_once_per_call,
     stated_affine,
     sync_case_buffers,
     to_tensor,
@@ -228,12 +229,29 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
         raise NotImplementedError
 
     def __call__(self, y_pred: Any, y: Any = None, uncertainty: Any = None, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Add a batch: one value per case.
+
+        Args:
+            y_pred: the prediction ``(B, 1, *spatial)`` (or C probability / one-hot channels), or the packed
+                ``cat([uncertainty, pred], dim=1)`` without ``uncertainty``; or a decollated list.
+            y: the reference labels ``(B, 1, *spatial)`` or one-hot (or a list).
+            uncertainty: the maps ``(B, 1, *spatial)`` (or a list).
+            **kwargs: ``spacing`` only (see the class); another keyword raises ``TypeError``.
+
+        Returns:
+            The per-case values ``(B, 1)`` of the batch.
+
+        Warns:
+            UserWarning: each distinct warning of an undefined case (e.g. no boundary) once for the call, and an
+                uncertainty off the ``[0, 1]`` scale once naming the call's most extreme value, at the caller's line.
+                In earlier versions they came once per case (or item), at a line of this package.
+        """
         check_call_keywords(self, kwargs, allowed=("spacing",))  # a mistyped keyword was ignored without a word
         if uncertainty is not None:
             y_pred = _pack(uncertainty, y_pred)
         else:
             _check_packed(y_pred)
-        return super().__call__(y_pred, y, **kwargs)
+        return said_once_per_call(super().__call__, y_pred, y, **kwargs)
 
     def _compute_list(self, y_pred: Any, y: Any = None, **kwargs: Any) -> torch.Tensor:  # type: ignore[override]
         """MONAI's evaluation of a decollated list, item by item, each item with its own row of a per-case spacing.

@@ -7,7 +7,6 @@ implementation is :func:`_calibration_error`. Definitions and references: :mod:`
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +20,7 @@ from ..._utils import (
     check_bool,
     check_integer,
     probability_tolerance,
+    say_warning,
     sum_f64,
     to_tensor,
     user_stacklevel,
@@ -83,7 +83,7 @@ def _bin_stats(
     """
     n_fine = counts.shape[-1]
     if warn and n_fine % n_bins:
-        warnings.warn(
+        say_warning(  # held by CalibrationMetric's call, said once at its end
             f"n_bins={n_bins} does not divide n_fine_bins={n_fine}: coarse bin edges are rounded to the fine "
             f"grid (shift < 1/{n_fine}); choose a divisor for exact binning",
             UserWarning,

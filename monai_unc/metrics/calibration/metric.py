@@ -21,7 +21,10 @@ from ..._utils import (
     check_same_cases,
     distributed_world,
     main_rank_warnings,
+    said_once_per_call,
+    say_warning,
     sync_case_buffers,
+    user_stacklevel,
     warn_nan,
 )
 from .functional import CALIBRATION_METRICS, calibration_metrics_core, check_metric_names
@@ -54,12 +57,12 @@ def _warn_if_discretised(y_pred: torch.Tensor) -> None:
     probe = t[..., :: max(1, min(t.shape[-1], t.numel() // _DISCRETE_PROBE))]
     if not binary(probe) or not all(binary(case) for case in t):
         return
-    warnings.warn(
+    say_warning(  # held by CalibrationMetric.__call__ (said_once_per_call): once per call, at the user's line
         "CalibrationMetric: y_pred holds only 0 and 1 (a discretised prediction, e.g. after AsDiscreted(argmax=True, "
         "to_onehot=C)), not probabilities: the ECE family then measures the error rate and the NLL is 34.5 times it. "
         "Give the softmax probabilities (copy them before discretising, e.g. CopyItemsd('pred', names='seg'))",
         UserWarning,
-        stacklevel=4,
+        stacklevel=user_stacklevel(),
     )
 
 
@@ -185,9 +188,25 @@ class CalibrationMetric(CumulativeIterationMetric):
         """Add a batch (see the class); a keyword argument raises ``TypeError``.
 
         None is read: ``mask=`` or ``weights=`` were ignored without a word, every voxel scored.
+
+        Args:
+            y_pred: probabilities ``(B, C, *spatial)`` (or a decollated list of ``(C, *spatial)``).
+            y: labels ``(B, 1, *spatial)`` / ``(B, *spatial)`` or one-hot ``(B, C, *spatial)`` (or a list).
+            **kwargs: none is read: a keyword raises ``TypeError``.
+
+        Returns:
+            The per-case values ``(B, K)`` of the batch.
+
+        Warns:
+            UserWarning: once for the call, at the caller's line: a discretised ``y_pred`` (only 0 and 1), and, once
+                per metric object, ``n_bins`` not dividing the fine bins. In earlier versions they came at a line of
+                MONAI's ``CumulativeIterationMetric`` (the discretised one once per item of a decollated list).
         """
         check_call_keywords(self, kwargs)
-        return super().__call__(y_pred, y)
+        out = said_once_per_call(super().__call__, y_pred, y)
+        # said now that the call went through (a refused call's warning is dropped with it, and said next time)
+        self._rounding_said = self._rounding_said or self.n_fine_bins % self.n_bins != 0
+        return out
 
     def _compute_list(self, y_pred: Any, y: Any = None, **kwargs: Any) -> torch.Tensor:
         """MONAI's evaluation of decollated lists, item by item, the whole call entering the histogram or none of it.
@@ -238,7 +257,6 @@ class CalibrationMetric(CumulativeIterationMetric):
             batch, self.metrics, n_bins=self.n_bins, min_bin_count=self.min_bin_count, per_case=True,
             include_background=self.include_background, nan_warning=False, rounding_warning=not self._rounding_said,
         )
-        self._rounding_said = self._rounding_said or batch.n_fine_bins % self.n_bins != 0
         # the histogram's tables live on the CPU; the per-case rows follow the inputs' device (MONAI gathers the
         # buffers across ranks, and NCCL gathers CUDA tensors only)
         rows = [torch.as_tensor(vals[k], dtype=torch.float64) for k in self.metrics]
