@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ._utils import ArrayLike, to_numpy
+from ._utils import ArrayLike, check_bool, to_numpy
 from .aggregation import aggregate
 from .keys import DEPRECATED_MEASURES
 
@@ -100,25 +100,76 @@ def case_scores(
             another shape, or labels that are negative, non-integral or not finite.
         TypeError: naming ``seg`` for a label map that is not numeric (bool masks are accepted).
     """
+    return _scores(uncertainty, seg, patch_size, warn=True)
+
+
+def case_scores_core(
+    uncertainty: ArrayLike, seg: ArrayLike, patch_size: int | tuple[int, ...] = PATCH_SIZE
+) -> dict[str, float]:
+    """:func:`case_scores` without its warning: ``fg_mean`` of an empty prediction is NaN without a word.
+
+    For callers that record the NaN as such (``nnunet-predict``'s scores table: null) or say it in their own
+    words, when it is the score they use (not at all for another score of the map); in earlier versions they ignored
+    every ``UserWarning`` inside ``warnings.catch_warnings()``, a process-wide filter. The same arguments, checks and
+    numbers as :func:`case_scores`.
+
+    Args:
+        uncertainty: as :func:`case_scores`.
+        seg: as :func:`case_scores`.
+        patch_size: as :func:`case_scores`.
+
+    Returns:
+        ``{"mean", "fg_mean", "patch_mean"}`` as float64 Python floats; ``fg_mean`` is NaN for an empty prediction.
+
+    Example:
+        >>> import numpy as np
+        >>> case_scores_core(np.full((2, 2), 0.5), np.zeros((2, 2), int), patch_size=1)  # empty: no warning
+        {'mean': 0.5, 'fg_mean': nan, 'patch_mean': 0.5}
+    """
+    return _scores(uncertainty, seg, patch_size, warn=False)
+
+
+def _scores(uncertainty: ArrayLike, seg: ArrayLike, patch_size: int | tuple[int, ...], warn: bool) -> dict[str, float]:
+    """The scores of :func:`case_scores`; with ``warn`` an empty prediction's ``fg_mean`` warns (``aggregate``'s)."""
     u = _map(uncertainty)
     s = _seg(seg, u.shape)
     u5 = u[None, None]
     fg = (s > 0)[None, None]
+    mean = float(aggregate(u5, "mean")[0])
     return {
-        "mean": float(aggregate(u5, "mean")[0]),
-        "fg_mean": float(aggregate(u5, "mean", mask=fg)[0]),
+        "mean": mean,
+        # an empty foreground: aggregate's NaN, with its warning only when asked (it warns of nothing else here)
+        "fg_mean": float(aggregate(u5, "mean", mask=fg)[0]) if warn or fg.any() else float("nan"),
         "patch_mean": float(aggregate(u5, "patch_mean", patch_size=patch_size)[0]),
     }
 
 
 def case_score_columns(
-    maps: Mapping[str, ArrayLike], seg: ArrayLike, patch_size: int | tuple[int, ...] = PATCH_SIZE
+    maps: Mapping[str, ArrayLike], seg: ArrayLike, patch_size: int | tuple[int, ...] = PATCH_SIZE, warn: bool = True
 ) -> dict[str, float]:
     """:func:`case_scores` of every map as ``{"<measure>_<score>": value}`` (map order, then :data:`CASE_SCORES`
-    order): the score columns of ``metrics.csv``."""
+    order): the score columns of ``metrics.csv``.
+
+    Args:
+        maps: ``{measure: map}``, each map as :func:`case_scores` takes it.
+        seg: the predicted label map (foreground = ``seg > 0``).
+        patch_size: box size in voxels of ``patch_mean``.
+        warn: whether ``fg_mean`` of an empty prediction warns (:func:`case_scores`) or is NaN without a word
+            (:func:`case_scores_core`, for a caller that says it in its own words).
+
+    Returns:
+        ``{column: score}`` (floats; NaN where a score is undefined).
+
+    Example:
+        >>> import numpy as np
+        >>> case_score_columns({"predictive_entropy": np.full((2, 2), 0.5)}, np.ones((2, 2), int), patch_size=1)
+        {'predictive_entropy_mean': 0.5, 'predictive_entropy_fg_mean': 0.5, 'predictive_entropy_patch_mean': 0.5}
+    """
+    warn = check_bool(warn, "warn")
+    score = case_scores if warn else case_scores_core
     out: dict[str, float] = {}
     for name, u in maps.items():
-        out.update({f"{name}_{k}": v for k, v in case_scores(u, seg, patch_size).items()})
+        out.update({f"{name}_{k}": v for k, v in score(u, seg, patch_size).items()})
     return out
 
 

@@ -329,13 +329,14 @@ class ConformalStrata:
             source = "its <case>_<measure> map file" if self.map_source == "file" else "its probabilities"
             raise CaseError(f"case {case.case_id!r}: no {self.measure} map for the strata score {self.score} (the "
                             f"rule computes it from {source}; available: {sorted(maps) or 'none'})")
-        with warnings.catch_warnings():  # the other scores of the map (e.g. fg_mean of an empty prediction)
-            warnings.simplefilter("ignore", UserWarning)
-            if regions is not None:
-                cols = region_score_columns({self.measure: maps[self.measure]}, predicted_regions(case, regions),
-                                            list(regions), self.patch_size)
-            else:
-                cols = case_score_columns({self.measure: maps[self.measure]}, case.seg, self.patch_size)
+        # the scores' core: an undefined score (fg_mean of an empty prediction) is said below if it is the strata
+        # score, and not at all if it is another score of the map (in earlier versions every UserWarning was ignored
+        # here inside warnings.catch_warnings(), a process-wide filter)
+        if regions is not None:
+            cols = region_score_columns({self.measure: maps[self.measure]}, predicted_regions(case, regions),
+                                        list(regions), self.patch_size, warn=False)
+        else:
+            cols = case_score_columns({self.measure: maps[self.measure]}, case.seg, self.patch_size, warn=False)
         key = self.score
         if key not in cols and self.region is not None:  # a rule of a version with ASCII-only region columns
             key = f"{self.measure}_{self.aggregation}_{region_suffix(self.region)}"

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from .._deprecation import REMOVAL
-from .._utils import listed
+from .._utils import check_bool, listed
 from ..activation import BERNOULLI, CATEGORICAL, Activation, TaskView
 from ..io import CaseError, CaseFiles, LoadedCase, owned_folder, read_probabilities, save_nifti, save_region_maps
 from ..keys import MEASURES
@@ -30,7 +30,7 @@ from ..metrics.calibration import ConfidenceHistogram
 from ..metrics.overlap import dice
 from ..metrics.quality import case_expected_dice
 from ..regions import label_to_regions, parse_regions, unclaimed_labels
-from ..scores import CASE_SCORES, PATCH_SIZE, case_scores, region_suffixes, resolve_score_column
+from ..scores import CASE_SCORES, PATCH_SIZE, case_scores, case_scores_core, region_suffixes, resolve_score_column
 from ..state import StateGroup, pack_states, read_npz, unpack_states
 from .config import EvaluationConfig, parse_score_column
 
@@ -643,7 +643,8 @@ def predicted_regions(case: LoadedCase, spec: Mapping[str, Sequence[int]]) -> np
 
 
 def region_score_columns(
-    maps: Mapping[str, np.ndarray], pred: np.ndarray, names: Sequence[str], patch_size: int = PATCH_SIZE
+    maps: Mapping[str, np.ndarray], pred: np.ndarray, names: Sequence[str], patch_size: int = PATCH_SIZE,
+    warn: bool = True,
 ) -> dict[str, float]:
     """The case-score columns of a region-based case.
 
@@ -660,12 +661,16 @@ def region_score_columns(
         pred: the predicted region masks ``(R, *spatial)`` bool.
         names: the ``R`` region names, in channel order.
         patch_size: box size (voxels per axis) of the ``patch_mean`` score.
+        warn: whether ``fg_mean`` of an empty predicted region warns (:func:`~monai_unc.scores.case_scores`) or is
+            NaN without a word (:func:`~monai_unc.scores.case_scores_core`, for a caller that says it in its own
+            words).
 
     Returns:
         ``{column: score}`` (floats; NaN where a score is undefined).
 
     Raises:
         ValueError: a map or ``pred`` has another number of channels than ``names``.
+        TypeError: ``warn`` is not a bool.
 
     Example:
         >>> u = np.array([[[0.2, 0.4], [0.0, 0.0]]])
@@ -674,6 +679,7 @@ def region_score_columns(
         >>> {k: round(v, 3) for k, v in cols.items() if "fg_mean" in k}
         {'predictive_entropy_fg_mean': 0.3, 'predictive_entropy_fg_mean_WT': 0.3}
     """
+    score = case_scores if check_bool(warn, "warn") else case_scores_core
     n = len(names)
     if pred.shape[0] != n:
         raise ValueError(f"pred has {pred.shape[0]} region channel(s) for {n} region name(s)")
@@ -682,7 +688,7 @@ def region_score_columns(
     for m, u in maps.items():
         if u.shape[0] != n:
             raise ValueError(f"the {m} map has {u.shape[0]} region channel(s) for {n} region name(s)")
-        scores = [case_scores(u[r], pred[r], patch_size) for r in range(n)]
+        scores = [score(u[r], pred[r], patch_size) for r in range(n)]
         for k in CASE_SCORES:
             row[f"{m}_{k}"] = combined_score([sc[k] for sc in scores])
         for s, sc in zip(sfx, scores):

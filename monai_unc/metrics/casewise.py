@@ -411,6 +411,43 @@ def uncertainty_histograms(
         >>> h.correct, h.incorrect
         (array([2.66666667, 0.        , 1.33333333, 0.        ]), array([0., 2., 0., 2.]))
     """
+    h, said = uncertainty_histograms_core(uncertainty, correct, bins, range, density)
+    for line in said:
+        warnings.warn(line, UserWarning, stacklevel=2)
+    return h
+
+
+def uncertainty_histograms_core(
+    uncertainty: ArrayLike,
+    correct: ArrayLike,
+    bins: int | ArrayLike = 20,
+    range: tuple[float, float] | None = None,
+    density: bool = True,
+) -> tuple[UncertaintyHistograms, list[str]]:
+    """:func:`uncertainty_histograms` without its warnings: the histograms and the lines it would warn.
+
+    For a caller that shows an empty group as such (the report's histogram plot draws it empty); in earlier versions
+    it ignored every ``UserWarning`` inside ``warnings.catch_warnings()``, a process-wide filter. The same arguments,
+    checks and histograms as :func:`uncertainty_histograms`.
+
+    Args:
+        uncertainty: as :func:`uncertainty_histograms`.
+        correct: as :func:`uncertainty_histograms`.
+        bins: as :func:`uncertainty_histograms`.
+        range: as :func:`uncertainty_histograms`.
+        density: as :func:`uncertainty_histograms`.
+
+    Returns:
+        ``(histograms, lines)``: the :class:`UncertaintyHistograms` and the ``UserWarning`` lines of
+        :func:`uncertainty_histograms`, in order: cases outside the bins (never with the default ``range`` and a
+        bin count: the bins then span every case), then each group without cases inside the bins (its histogram
+        all NaN).
+
+    Example:
+        >>> h, said = uncertainty_histograms_core([0.1, 0.2, 0.3], [1, 1, 1], bins=2, density=False)
+        >>> h.correct.tolist(), said
+        ([1.0, 2.0], ['uncertainty_histograms: no incorrect cases, that histogram is NaN'])
+    """
     density = check_bool(density, "density")  # found by hostile testing: density="no" gave densities
     for name, value in (("bins", bins), ("range", range)):
         # found by review 67: bins=True was numpy's one bin, range=(False, True) the range (0, 1), without a word
@@ -424,20 +461,17 @@ def uncertainty_histograms(
     # found by hostile testing: numpy drops the cases outside the edges without a word, and a group with none inside
     # came back NaN with numpy's "invalid value encountered in divide" instead of this function's warning
     inside = (u >= edges[0]) & (u <= edges[-1])
+    said: list[str] = []
     if not inside.all():
-        warnings.warn(
-            f"uncertainty_histograms: {int((~inside).sum())} of {u.size} case(s) lie outside the bins "
-            f"[{edges[0]:.4g}, {edges[-1]:.4g}] and are not in the histograms",
-            UserWarning,
-            stacklevel=2,
-        )
+        said.append(f"uncertainty_histograms: {int((~inside).sum())} of {u.size} case(s) lie outside the bins "
+                    f"[{edges[0]:.4g}, {edges[-1]:.4g}] and are not in the histograms")
     hists = []
     for name, sel in (("correct", ok), ("incorrect", ~ok)):
         if (sel & inside).any():
             h, _ = np.histogram(u[sel & inside], bins=edges, density=density)
             hists.append(h.astype(np.float64))
         else:
-            warn_nan(f"uncertainty_histograms: no {name} cases{' inside the bins' if sel.any() else ''}, "
-                     "that histogram is NaN")
+            said.append(f"uncertainty_histograms: no {name} cases{' inside the bins' if sel.any() else ''}, "
+                        "that histogram is NaN")
             hists.append(np.full(edges.size - 1, np.nan))
-    return UncertaintyHistograms(edges, hists[0], hists[1], int(ok.sum()), int((~ok).sum()))
+    return UncertaintyHistograms(edges, hists[0], hists[1], int(ok.sum()), int((~ok).sum())), said

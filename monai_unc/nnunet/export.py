@@ -69,8 +69,7 @@ from monai_unc.io import (
 )
 from monai_unc.keys import DEFAULT_MEASURES, MIMeaning, UncertaintyKeys
 from monai_unc.nnunet.names import MAP_MEASURES, STOCHASTIC_SOURCES
-from monai_unc.scores import PATCH_SIZE, region_suffixes
-from monai_unc.scores import case_scores as map_case_scores
+from monai_unc.scores import PATCH_SIZE, case_scores_core, region_suffixes
 from monai_unc.stats import derive_measures, window_disagreement_from_stitched
 
 __all__ = [
@@ -576,8 +575,9 @@ def record_case_scores(maps: dict[str, np.ndarray], segmentation: np.ndarray, pa
     """The case scores of a case record (ValUES Sec. 4.3), for a class model and for a region-based one.
 
     Every score is :func:`monai_unc.scores.case_scores`, the definitions ``monai-unc evaluate`` uses: ``mean`` over
-    the whole image, ``fg_mean`` over the predicted foreground (NaN when it is empty, recorded as null),
-    ``patch_mean`` the largest *mean* over a box of ``patch_size`` voxels per axis. The foreground of a class model
+    the whole image, ``fg_mean`` over the predicted foreground (NaN when it is empty, recorded as null without a
+    warning: :func:`monai_unc.scores.case_scores_core`), ``patch_mean`` the largest *mean* over a box of
+    ``patch_size`` voxels per axis. The foreground of a class model
     is ``segmentation > 0``; a region-based model has one binary task per region (:mod:`monai_unc.activation`): the
     map's channel ``r`` scored with that region's predicted mask ``isin(segmentation, labels of the region)`` (the
     region as it is evaluated from a label map).
@@ -618,9 +618,9 @@ def record_case_scores(maps: dict[str, np.ndarray], segmentation: np.ndarray, pa
     for key, m in maps.items():
         out[key] = {}
         for suffix, r, foreground in tasks:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # empty prediction: fg_mean NaN, recorded as null
-                scores = map_case_scores(m if r is None else m[r], foreground, patch_size)
+            # an empty prediction: fg_mean NaN, recorded as null without a word, by the scores' core (in earlier
+            # versions every UserWarning was ignored here inside warnings.catch_warnings(), a process-wide filter)
+            scores = case_scores_core(m if r is None else m[r], foreground, patch_size)
             out[key].update({f"{k}{suffix}": v for k, v in scores.items()})
     return out
 

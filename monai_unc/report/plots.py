@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import os
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from matplotlib.text import Text
 from .._utils import case_pair, check_integer, is_real, label_text, normalize_spacing, real_array
 from ..evaluation import dice_failed, failure_dice_text
 from ..io import atomic_write_bytes
-from ..metrics.casewise import in_distribution_labels, is_in_distribution, uncertainty_histograms
+from ..metrics.casewise import in_distribution_labels, is_in_distribution, uncertainty_histograms_core
 from ..metrics.selective import referral_curve, referral_curve_core
 from ..product import Overlay, format_cell, format_fraction, format_level, format_target
 from .markup import replace_surrogates
@@ -258,9 +257,10 @@ def plot_uncertainty_histograms(
     if not scores.size:  # no case has a defined score: nothing to place on the axis
         ax.text(0.5, 0.5, "no case has a defined score", ha="center", va="center", transform=ax.transAxes)
         return fig
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # an empty group is drawn as empty
-        h = uncertainty_histograms(scores, good, bins=bins, density=False)
+    # the histograms' core: an empty group is drawn empty, not warned (in earlier versions every UserWarning was
+    # ignored here inside warnings.catch_warnings(), a process-wide filter). Its only lines are of an empty group: the
+    # bins of a bin count span every (finite) score, so no case lies outside them
+    h, _ = uncertainty_histograms_core(scores, good, bins=bins, density=False)
     widths = np.diff(h.edges)
     # the failed cases hatched as well as red: blue and red bars of equal lightness look alike printed in grey
     for values, color, hatch, label in (

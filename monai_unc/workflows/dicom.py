@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from .._utils import PROB_TOL, parameter_error, refusing
+from .._utils import PROB_TOL, parameter_error, reemit_warning, refusing
 from ..evaluation.config import STATE_DIR
 from ..evaluation.resume import CASES_DIR, file_signature
 from ..evaluation.triage.rule import ReferralRule, check_recorded_decisions, check_triage_summary
@@ -146,6 +146,10 @@ _UNREAD_REGION_MAP = "it looks like one region's uncertainty map"
 #: seconds a part of a run waits for another process's short hold of the export folder (:func:`part_lock`, the
 #: manifest's update) before it is refused
 _PART_WAIT = 10.0
+#: the registry of the warnings other than UserWarnings that matching the cases to export raised, issued again as
+#: raised (:func:`~monai_unc._utils.reemit_warning`: once per location under the default action, filters naming
+#: their module apply)
+_MATCHING_WARNINGS: dict[Any, Any] = {}
 
 
 @dataclass
@@ -1514,7 +1518,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                           "name (infer.json's regions; the dataset.json or uncertainty_config.json beside nnU-Net's "
                           "predictions): the cases are exported without these maps", UserWarning, stacklevel=2)
         elif not issubclass(w.category, UserWarning):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            reemit_warning(w, _MATCHING_WARNINGS)
     if cases is not None:  # the run's cases only: a removed input's outputs are left alone, not exported
         wanted = {str(c) for c in cases}
         absent = sorted(wanted - {c.case_id for c in found})
