@@ -112,6 +112,17 @@ def test_budget_override_recomputes_the_triage(report, tmp_path):
     assert old.count(">budget: flagged<") == 3 and "budget of <b>50% (3 of 6 cases)</b>" in old
 
 
+def _refuse_every_binding(monkeypatch, function, refuse) -> set[tuple[str, str]]:
+    """Patch ``refuse`` over every name a loaded monai_unc module binds ``function`` to (a patch of one module's name
+    misses the modules that imported it with ``from ... import``); the ``(module, name)`` pairs patched."""
+    bound = [(module, name) for module in list(sys.modules.values())
+             if getattr(module, "__name__", "").startswith("monai_unc")
+             for name, value in list(vars(module).items()) if value is function]
+    for module, name in bound:
+        monkeypatch.setattr(module, name, refuse)
+    return {(module.__name__, name) for module, name in bound}
+
+
 def test_the_report_reads_the_summary_evaluate_wrote(report, tmp_path, monkeypatch):
     """Without another budget the page shows ``summary.json`` as written: the cohort summary is never recomputed."""
     import monai_unc.evaluation.cohort as cohort
@@ -119,7 +130,9 @@ def test_the_report_reads_the_summary_evaluate_wrote(report, tmp_path, monkeypat
     def refuse(*args, **kwargs):
         raise AssertionError("the report recomputed the cohort summary")
 
-    monkeypatch.setattr(cohort, "summarize", refuse)
+    # every binding of the summary (earlier versions patched evaluation.cohort's only, which the page reaches through
+    # resummarize alone: a page calling another module's summarize passed)
+    assert _refuse_every_binding(monkeypatch, cohort.summarize, refuse) >= {(cohort.__name__, "summarize")}
     text = build_report(report["root"] / "eval", tmp_path / "r", n_cases=2).read_text()
     saved = json.loads((report["root"] / "eval" / "summary.json").read_text())
     assert f"the mean Dice of the <b>{6 - saved['triage']['n_referred']}</b> retained cases is " \
@@ -332,14 +345,10 @@ def test_probability_only_predictions_the_report_reads_the_maps_evaluate_derived
 
     # every name a loaded monai_unc module binds the map computation to, whatever the name (earlier versions patched
     # four modules by name, one of them report.html, which holds none: raising=False patched nothing there)
-    bound = [(module, name) for module in list(sys.modules.values())
-             if getattr(module, "__name__", "").startswith("monai_unc")
-             for name, value in list(vars(module).items()) if value is rows_module.derived_maps]
-    assert {(m.__name__, name) for m, name in bound} >= {(m.__name__, "derived_maps")
-                                                         for m in (case_module, rows_module, runner_module)}
-    for module, name in bound:
-        monkeypatch.setattr(module, name, refuse)
-    monkeypatch.setattr(cohort_module, "summarize", refuse)
+    bound = _refuse_every_binding(monkeypatch, rows_module.derived_maps, refuse)
+    assert bound >= {(m.__name__, "derived_maps") for m in (case_module, rows_module, runner_module)}
+    summaries = _refuse_every_binding(monkeypatch, cohort_module.summarize, refuse)
+    assert (cohort_module.__name__, "summarize") in summaries
     text = build_report(ev, tmp_path / "r", n_cases=2, images=data["images"]).read_text()
     first = json.loads((ev / "summary.json").read_text())["triage"]["order"][0]
     assert (tmp_path / "r" / "figures" / f"case_{first}.png").is_file()
