@@ -68,6 +68,7 @@ from ..evaluation.products import PRODUCTS_DIR
 from ..io import (
     CaseFiles,
     LoadedCase,
+    atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
     case_image_files,
@@ -130,7 +131,9 @@ __all__ = [
     "remove_stale_report",
     "score_formatter",
     "scroll_box",
+    "section_element_ids",
     "section_ids",
+    "write_case_figures",
     "table",
     "threshold_text",
     "warning_list",
@@ -602,8 +605,8 @@ def _regions_section(summary: Mapping[str, Any]) -> Markup:
               id="regions")
 
 
-def product_section(section: ReportSection, key: str, section_id: str | None = None,
-                    other_ids: Iterable[str] = ()) -> Markup:
+def product_section(section: ReportSection, key: str, section_id: str | None = None, *,
+                    element_ids: Sequence[str] | None = None) -> Markup:
     """The HTML of a product's :class:`~monai_unc.product.ReportSection`.
 
     Heading, paragraphs, cards and a table, every string escaped. The ids of its tables and banners
@@ -614,10 +617,14 @@ def product_section(section: ReportSection, key: str, section_id: str | None = N
         section: the section.
         key: the product's name (the section's ``id``: ``product-<key>``, or the section's own ``anchor``).
         section_id: the section's id when given (:func:`product_sections` gives each section of a page its own).
-        other_ids: the ids of the page's other sections, which no table or banner of this one takes.
+        element_ids: the ids of its keyed tables, then of its banners, when given (:func:`section_element_ids`
+            gives those of all sections of a page at once); else they are chosen for this section alone.
 
     Returns:
         The ``<section>`` element.
+
+    Raises:
+        ValueError: ``element_ids`` not one id per keyed table and banner.
     """
     parts: list[Any] = [el("h2", str(section.title))]
     parts += [el("p", str(text), class_="note") for text in section.paragraphs]
@@ -626,14 +633,15 @@ def product_section(section: ReportSection, key: str, section_id: str | None = N
     if section.cards:
         parts.append(cards([(str(label), str(value)) for label, value in section.cards]))
     anchor = _section_id(section, key) if section_id is None else str(section_id)
-    tables = list(section.tables)
-    if section.table_head:
-        tables.insert(0, ReportTable(section.table_head, section.table_rows))
+    tables = _section_tables(section)
     # one id per table and banner, whatever their keys
-    keys = [str(t.key) for t in tables if t.key] + [str(k) for k, _, _ in section.banners]
-    others = {_file_key(i) for i in other_ids}
-    sub_ids = iter(_unique_ids([(f"{anchor}-{_anchor(k)}", k) for k in keys],
-                               reserved=lambda i: _file_key(i) in others or _file_key(i) in _PAGE_IDS))
+    if element_ids is None:
+        element_ids = _element_ids([(anchor, section)], _REPORT_IDS)[0]
+    element_ids = [str(i) for i in element_ids]
+    if len(element_ids) != len(_element_keys(section)):
+        raise ValueError(f"element_ids must give one id per keyed table and banner ({len(_element_keys(section))}), "
+                         f"got {len(element_ids)}")
+    sub_ids = iter(element_ids)
     for t in tables:
         if t.title:
             parts.append(el("h3", str(t.title)))
@@ -656,6 +664,38 @@ def product_section(section: ReportSection, key: str, section_id: str | None = N
     return el("section", *parts, id=anchor, class_="product")
 
 
+def _section_tables(section: ReportSection) -> list[ReportTable]:
+    """The tables of a section, its ``table_head`` one first."""
+    tables = list(section.tables)
+    if section.table_head:
+        tables.insert(0, ReportTable(section.table_head, section.table_rows))
+    return tables
+
+
+def _element_keys(section: ReportSection) -> list[str]:
+    """The keys of a section's keyed tables, then of its banners: what asks for ``<section id>-<key>``."""
+    return [str(t.key) for t in _section_tables(section) if t.key] + [str(k) for k, _, _ in section.banners]
+
+
+def _element_ids(sections: Sequence[tuple[str, ReportSection]], page_ids: Iterable[str]) -> list[list[str]]:
+    """The ids of the keyed tables and banners of a page's product sections (``(section id, section)``).
+
+    One pass over all of them: none takes another's id, a section's or one of the page's own (``page_ids``, and the
+    figures' and viewers' ``fig-...``, ``viewer-...``).
+    """
+    wanted: list[tuple[str, str]] = []
+    owner: list[int] = []
+    for n, (sid, section) in enumerate(sections):
+        for k in _element_keys(section):
+            wanted.append((f"{sid}-{_anchor(k)}", k))
+            owner.append(n)
+    page = frozenset(page_ids) | {sid for sid, _ in sections}
+    out: list[list[str]] = [[] for _ in sections]
+    for n, element_id in zip(owner, _unique_ids(wanted, reserved=lambda i: _page_id(i, page))):
+        out[n].append(element_id)
+    return out
+
+
 def _section_id(section: ReportSection, key: str) -> str:
     """The id a product's section asks for.
 
@@ -668,17 +708,28 @@ def _section_id(section: ReportSection, key: str) -> str:
     return f"product-{key if key.isidentifier() else _anchor(key)}"
 
 
-#: the ids of the report page's own sections, and the beginnings of its figures' and viewers' ids: a product's
-#: section asking for one gets another (:func:`product_sections`)
-_PAGE_IDS = frozenset({"summary", "triage", "triage-table", "regions", "regions-table", "plots", "cases", "viewers",
-                       "warnings", "triage-check", "mismatch", "unverified", "triage-link"})
+#: the ids of the report page's own elements (``report.html``), which no product's section, table or banner takes
+#: (:func:`product_sections`); ``triage-link`` is the link :func:`~monai_unc.report.triage.link_page` adds to a page
+#: (the demo's ``report.html``). The triage page has its own (``monai_unc.report.triage.TRIAGE_PAGE_IDS``).
+_REPORT_IDS = frozenset({"summary", "triage", "triage-table", "regions", "regions-table", "plots", "cases", "viewers",
+                         "warnings", "triage-link"})
+#: the beginnings of the ids of both pages' figures and viewers (``fig-<key>``, ``viewer-<n>``, ``viewer-data-<n>``)
 _PAGE_ID_PREFIXES = ("fig-", "viewer-")
 
 
-def _page_id(element_id: str) -> bool:
-    """Whether ``element_id`` is (or may be) one of the page's own ids (compared as :func:`_unique_ids` compares)."""
-    key = _file_key(element_id)
-    return key in _PAGE_IDS or key.startswith(_PAGE_ID_PREFIXES)
+def _page_ids(page_ids: Iterable[str] | None) -> frozenset[str]:
+    """The ids a page's products may not take: ``page_ids``, or ``report.html``'s for None."""
+    if isinstance(page_ids, (str, bytes)):
+        raise TypeError(f"page_ids must be a collection of ids, not one {type(page_ids).__name__}")
+    return _REPORT_IDS if page_ids is None else frozenset(str(i) for i in page_ids)
+
+
+def _page_id(element_id: str, page_ids: frozenset[str]) -> bool:
+    """Whether ``element_id`` is (or may be) one of the page's own ids: ``page_ids``, or a figure's or a viewer's.
+
+    Ids are compared exactly, as HTML compares them (``Summary`` is not ``summary``).
+    """
+    return element_id in page_ids or element_id.startswith(_PAGE_ID_PREFIXES)
 
 
 def product_sections(summary: Mapping[str, Any]) -> list[Markup]:
@@ -704,24 +755,60 @@ def product_sections(summary: Mapping[str, Any]) -> list[Markup]:
             if not isinstance(section, ReportSection):
                 raise TypeError(f"{cls.__name__}.report_section must return a ReportSection or None")
             shown.append((section, str(key)))
-    ids = section_ids(shown)
-    return [product_section(section, key, section_id, ids) for (section, key), section_id in zip(shown, ids)]
+    return [product_section(section, key, section_id, element_ids=element_ids)
+            for (section, key), (section_id, element_ids) in zip(shown, section_element_ids(shown))]
 
 
-def section_ids(sections: Sequence[tuple[ReportSection, str]]) -> list[str]:
+def section_element_ids(sections: Sequence[tuple[ReportSection, str]],
+                        page_ids: Iterable[str] | None = None) -> list[tuple[str, list[str]]]:
+    """The ids of the products' sections of one page, and of their tables and banners: all distinct.
+
+    The sections' ids are :func:`section_ids`; then the ids of the keyed tables and banners of all sections
+    (``<section id>-<key>``) are chosen together, so that none is another's, whatever section it is in (in earlier
+    versions section ``a``'s table ``x·y`` and section ``a-x-b7``'s table ``y`` had one id), nor a section's or the
+    page's own: one that would be gets ``-`` and a digest of its key; every other keeps the id of earlier versions.
+
+    Args:
+        sections: ``(section, product name)`` of each product's section, in the page's order.
+        page_ids: the ids of the page's own elements (None: ``report.html``'s).
+
+    Returns:
+        ``(section id, ids of its keyed tables then of its banners)`` per section, in order.
+
+    Raises:
+        TypeError: ``page_ids`` a string (one id is ``{"summary"}``, not ``"summary"``).
+
+    Example:
+        >>> from monai_unc.product import ReportTable
+        >>> section_element_ids([(ReportSection("A", anchor="x", tables=[ReportTable(["c"], [], key="y")]), "a"),
+        ...                      (ReportSection("B", anchor="x-y"), "b")])
+        [('x', ['x-y-a1fce436']), ('x-y', [])]
+    """
+    page = _page_ids(page_ids)
+    ids = section_ids(sections, page)
+    shown = [(section_id, section) for section_id, (section, _) in zip(ids, sections)]
+    return list(zip(ids, _element_ids(shown, page)))
+
+
+def section_ids(sections: Sequence[tuple[ReportSection, str]], page_ids: Iterable[str] | None = None) -> list[str]:
     """The ids of the products' sections of one page: distinct, and none of the page's own.
 
     A section keeps the id it asks for (its ``anchor``, else ``product-<name>``) unless another section, or the page
     (``summary``, ``triage``, ``plots``), has it; then it gets that id ending with ``-`` and a digest of its
     product's name (in earlier versions two products asking for one anchor shared it, and links jumped to the first).
-    An anchor beginning as the page's figures and viewers do (``fig-``, ``viewer-``; ``fig`` and ``viewer`` too, which
-    would give its tables such ids) is written ``product-<anchor>``.
+    Ids are compared exactly, as HTML compares them (``Summary`` is not ``summary``). An anchor beginning as the
+    page's figures and viewers do (``fig-``, ``viewer-``; ``fig`` and ``viewer`` too, which would give its tables
+    such ids) is written ``product-<anchor>``.
 
     Args:
         sections: ``(section, product name)`` of each product's section, in the page's order.
+        page_ids: the ids of the page's own elements (None: ``report.html``'s; the triage page gives its own).
 
     Returns:
         One id per section, in order.
+
+    Raises:
+        TypeError: ``page_ids`` a string (one id is ``{"summary"}``, not ``"summary"``).
 
     Example:
         >>> section_ids([(ReportSection("A", anchor="masks"), "a"), (ReportSection("B"), "b")])
@@ -729,10 +816,11 @@ def section_ids(sections: Sequence[tuple[ReportSection, str]]) -> list[str]:
         >>> section_ids([(ReportSection("A", anchor="summary"), "a")])
         ['summary-ca978112']
     """
+    page = _page_ids(page_ids)
     wanted = [(_section_id(section, str(key)), str(key)) for section, key in sections]
     # an id of the page's figures or viewers (fig-..., viewer-...) as a product's: product-fig-...
-    wanted = [(f"product-{w}" if f"{_file_key(w)}-".startswith(_PAGE_ID_PREFIXES) else w, k) for w, k in wanted]
-    return _unique_ids(wanted, reserved=_page_id)
+    wanted = [(f"product-{w}" if f"{w}-".startswith(_PAGE_ID_PREFIXES) else w, k) for w, k in wanted]
+    return _unique_ids(wanted, reserved=lambda i: _page_id(i, page))
 
 
 def case_figure_paths(folder: str | os.PathLike, case_ids: Iterable[str]) -> dict[str, Path]:
@@ -758,7 +846,7 @@ def case_figure_paths(folder: str | os.PathLike, case_ids: Iterable[str]) -> dic
     """
     ids = list(dict.fromkeys(str(c) for c in case_ids))
     paths = [case_figure_path(folder, c) for c in ids]  # refuses an id that cannot name a file
-    stems = _unique_ids([(p.name[:-len(".png")], c) for p, c in zip(paths, ids)])
+    stems = _unique_ids([(p.name[:-len(".png")], c) for p, c in zip(paths, ids)], key=_file_key)
     return {c: p.with_name(f"{stem}.png") for c, p, stem in zip(ids, paths, stems)}
 
 
@@ -1026,8 +1114,7 @@ def _case_figures(
     by_id = {str(r["case"]): r for r in state.rows}
     score_key = summary["score"]["column"]
     score = score_formatter(summary, state.rows)
-    figure_paths = case_figure_paths(fig_dir, [c for c in chosen if c in state.files])  # one file per case
-    out = []
+    drawn: list[tuple[str, str, str, bytes]] = []  # (case, title, caption, PNG) of each figure drawn
     for rank, cid in enumerate(chosen):
         if cid not in state.files:
             continue
@@ -1068,17 +1155,47 @@ def _case_figures(
         overlays, notes = case_overlays(folders or {}, cid)
         fig = plot_case_overlay(cid, seg, label, u, case.image, case.spacing, measure, info=info,
                                 class_names=class_names, overlays=overlays, affine=case.affine, convention=convention)
-        path = figure_paths[cid]
-        png = save_png(fig, path)
         pos = order.index(cid) + 1
         what = "most certain case (for contrast)" if rank == len(chosen) - 1 and rank >= n_cases else "triage rank"
-        out.append(Figure(
-            f"case-{cid}", f"{cid}: {what} {pos} of {len(order)}",
+        drawn.append((
+            cid, f"{cid}: {what} {pos} of {len(order)}",
             "Rows: the axial, coronal and sagittal slices with the largest summed uncertainty, drawn with "
             f"{CONVENTIONS[convention]} (the sides marked on the image), as in the viewer. Columns: image; "
             "prediction contour per class; uncertainty heatmap; error map (red: false foreground, blue: missed "
-            "foreground, purple: wrong class)." + "".join(f" {n}" for n in notes), png, path, cid,
+            "foreground, purple: wrong class)." + "".join(f" {n}" for n in notes), save_png(fig),
         ))  # fmt: skip
+    return write_case_figures(fig_dir, drawn)
+
+
+def write_case_figures(fig_dir: Path, drawn: Sequence[tuple[str, str, str, bytes]]) -> list[Figure]:
+    """Write the case figures a page drew, one file per case (:func:`case_figure_paths`), and give their figures.
+
+    The files are named once every figure is drawn, after the cases that have one only: a case without a figure (its
+    files cannot be read, it has no map) takes no name (in earlier versions it made case ``a`` write
+    ``case_a-<digest>.png`` when case ``A`` had no figure).
+
+    Args:
+        fig_dir: the page's figure folder.
+        drawn: ``(case id, title, caption, PNG bytes)`` of each figure, in the page's order.
+
+    Returns:
+        The figures (key ``case-<id>``), in order.
+
+    Raises:
+        ValueError: naming a case id that cannot name a file (empty, a path separator, NUL).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     figures = write_case_figures(Path(d), [("A", "A", "", b"png"), ("a", "a", "", b"png")])
+        ...     [f.path.name for f in figures], sorted(p.name for p in Path(d).iterdir())
+        (['case_A.png', 'case_a-ca978112.png'], ['case_A.png', 'case_a-ca978112.png'])
+    """
+    paths = case_figure_paths(fig_dir, [cid for cid, *_ in drawn])  # one file per case
+    out = []
+    for cid, title, caption, png in drawn:
+        atomic_write_bytes(paths[cid], png)
+        out.append(Figure(f"case-{cid}", title, caption, png, paths[cid], cid))
     return out
 
 
@@ -1398,16 +1515,22 @@ def figures_folder(out_dir: str | os.PathLike) -> tuple[Path, set[str]]:
 def keep_page_figures(fig_dir: Path, earlier: set[str], figures: Sequence[Figure]) -> None:
     """Remove the earlier page's recorded figures that this page does not show, and record this page's.
 
+    An earlier name that a case-insensitive file system takes for one this page wrote (``case_A.png`` after
+    ``case_a.png``: there, the file just written) is not removed (earlier versions removed it, and with it the figure
+    on macOS or Windows); it stays in the record, so that a later page showing neither removes it.
+
     Args:
         fig_dir: the folder of :func:`figures_folder`.
         earlier: the names it returned.
         figures: this page's figures (those with a ``path`` are its files).
     """
     written = sorted({f.path.name for f in figures if f.path is not None})
-    for name in sorted(earlier - set(written)):  # an earlier page's figures that this page does not show
+    keys = {_file_key(n) for n in written}
+    kept = {n for n in earlier if n not in written and _file_key(n) in keys}  # maybe the very file this page wrote
+    for name in sorted(earlier - set(written) - kept):  # an earlier page's figures that this page does not show
         (fig_dir / name).unlink(missing_ok=True)
-    if written or earlier:  # the record lists this page's figures only
-        atomic_write_json(fig_dir / _FIGURES_RECORD, {"figures": written})
+    if written or earlier:  # the record lists this page's figures (and the names that may be one of them)
+        atomic_write_json(fig_dir / _FIGURES_RECORD, {"figures": sorted({*written, *kept})})
     else:  # nothing to record: not the pending record of figures_folder either
         (fig_dir / _FIGURES_RECORD).unlink(missing_ok=True)
 
@@ -1482,55 +1605,64 @@ def _anchor(name: str) -> str:
 
 
 def _file_key(name: str) -> str:
-    """``name`` as a case-insensitive, normalisation-insensitive file system compares names (macOS, Windows).
+    """``name`` as a case-insensitive file system compares file names (macOS, Windows).
 
-    Two ids of one key would name one figure file there.
+    Case folded and canonically normalised (NFC: ``é`` as one code point or as ``e`` and a combining accent is one
+    name on macOS). Two figure files of one key would be one file there. No compatibility folding (NFKC): no file
+    system takes ``x²`` for ``x2`` or ``①`` for ``1``. Element ids that name no file are compared exactly, as HTML
+    compares them.
     """
-    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold())
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFC", name).casefold())
 
 
-def _unique_ids(wanted: Sequence[tuple[str, str]], reserved: Callable[[str], bool] | None = None) -> list[str]:
+def _unique_ids(wanted: Sequence[tuple[str, str]], reserved: Callable[[str], bool] | None = None,
+                key: Callable[[str], str] = str) -> list[str]:
     """Element ids (and figure file names) unique within a page for ``(id wanted, name)`` pairs, in their order.
 
-    An id that no other wanted id (nor a ``reserved`` one) equals, compared as a case-insensitive file system compares
-    file names (:func:`_file_key`), is kept: the id of earlier versions. Of the names that want one id, the one
-    written in it as it is (``"a_b"`` in ``reliability-a_b``, before ``"a b"``), else the first in code point order,
-    keeps it, whatever the order of the names; every other one gets ``-`` and a digest of its name (8 hex digits, more
-    in the unlikely case that these collide too), so adding a name never renames another one's figure unless that
-    one's id was the same. A name given more than once (a table and a banner of one key) also gets a counter.
+    An id that no other wanted id equals and that is not ``reserved``, compared by ``key`` (exactly, as HTML compares
+    ids; :func:`_file_key` for ids that name files, as a case-insensitive file system compares them), is kept: the id
+    of earlier versions. Of the names that want one id, the one written in it as it is (``"a_b"`` in
+    ``reliability-a_b``, before ``"a b"``), else the first in code point order, keeps it, whatever the order of the
+    names; every other one gets ``-`` and a digest of its name (8 hex digits, more in the unlikely case that these
+    collide too), so adding a name never renames another one's figure unless that one's id was the same. A name that
+    asks for one id more than once (a table and a banner of one key) also gets a counter.
     """
     taken: set[str] = set()
     out: list[str | None] = [None] * len(wanted)
     groups: dict[str, list[int]] = {}
     for i, (want, _) in enumerate(wanted):
-        groups.setdefault(_file_key(want), []).append(i)
-    for key, members in groups.items():
-        if reserved is not None and reserved(wanted[members[0]][0]):
+        groups.setdefault(key(want), []).append(i)
+    for group, members in groups.items():
+        free = [i for i in members if reserved is None or not reserved(wanted[i][0])]
+        if not free:
             continue
-        first = min(members, key=lambda i: (not wanted[i][0].endswith(wanted[i][1]), wanted[i][1], i))
+        first = min(free, key=lambda i: (not wanted[i][0].endswith(wanted[i][1]), wanted[i][1], i))
         out[first] = wanted[first][0]
-        taken.add(key)
-    seen: dict[str, int] = {}
+        taken.add(group)
+    seen: dict[tuple[str, str], int] = {}
     for i in sorted((i for i in range(len(wanted)) if out[i] is None), key=lambda i: (wanted[i][1], i)):
         want, name = wanted[i]
-        repeat = seen[name] = seen.get(name, 0) + 1
+        repeat = seen[key(want), name] = seen.get((key(want), name), 0) + 1
         digest = hashlib.sha256(name.encode()).hexdigest()
         # a free one among these: at most len(taken) of the counted ones are taken (``reserved`` blocks a few ids,
         # never a family of them)
         tries = itertools.chain([f"{want}-{digest[:n]}" for n in (8, 16, 64)] if repeat == 1 else [],
                                 (f"{want}-{digest[:8]}-{k}" for k in range(repeat, repeat + len(taken) + 64)))
-        free = next((t for t in tries if _file_key(t) not in taken and (reserved is None or not reserved(t))), None)
-        if free is None:
+        found = next((t for t in tries if key(t) not in taken and (reserved is None or not reserved(t))), None)
+        if found is None:
             raise ValueError(f"no free element id for the name {name!r} (wanted {want!r}) on the page")
-        out[i] = free
-        taken.add(_file_key(out[i]))
+        out[i] = found
+        taken.add(key(found))
     return [str(o) for o in out]
 
 
 def _unique_anchors(names: Iterable[Any], reserved: Callable[[str], bool] | None = None) -> dict[str, str]:
-    """``{name: id part}`` of distinct names, unique within a page (:func:`_unique_ids` of :func:`_anchor`)."""
+    """``{name: id part}`` of distinct names, unique within a page (:func:`_unique_ids` of :func:`_anchor`).
+
+    Compared as file names (:func:`_file_key`): the id part names a figure file too (``reliability-<part>.png``).
+    """
     names = list(dict.fromkeys(str(n) for n in names))
-    return dict(zip(names, _unique_ids([(_anchor(n), n) for n in names], reserved)))
+    return dict(zip(names, _unique_ids([(_anchor(n), n) for n in names], reserved, key=_file_key)))
 
 
 def read_metrics_csv(path: str | os.PathLike) -> list[dict[str, str]]:

@@ -64,7 +64,6 @@ from .html import (
     PAGE_CSS,
     Figure,
     cards,
-    case_figure_paths,
     case_figures_section,
     case_overlays,
     decision_tag,
@@ -76,15 +75,21 @@ from .html import (
     product_section,
     region_display,
     scroll_box,
-    section_ids,
+    section_element_ids,
     table,
     warning_list,
+    write_case_figures,
 )
 from .markup import Markup, check_url, document, el, escape, isolate
 from .plots import plot_case_overlay, save_png
 from .viewer import CONVENTIONS, VIEWER_CSS, case_viewer, check_convention, viewer_scripts, viewer_section
 
-__all__ = ["build_triage_page", "plot_score_distribution", "plot_triage_overlay", "link_page"]
+__all__ = ["build_triage_page", "plot_score_distribution", "plot_triage_overlay", "link_page", "TRIAGE_PAGE_IDS"]
+
+#: the ids of the triage page's own elements (``triage.html``), which no product's section, table or banner takes;
+#: ``triage-link`` is the link :func:`link_page` adds to a page
+TRIAGE_PAGE_IDS = frozenset({"summary", "triage", "triage-table", "plots", "cases", "viewers", "warnings",
+                             "triage-check", "mismatch", "unverified", "triage-link"})
 
 _ACCEPT, _REVIEW, _CAL = "#1f77b4", "#d62728", "0.55"
 _EXTRA_CSS = """
@@ -393,8 +398,7 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
     cases = {c["case"]: c for c in summary["cases"]}
     score = _score_formatter(summary, rule)
     chosen = summary["order"][:n_cases]
-    figure_paths = case_figure_paths(fig_dir, [c for c in chosen if summary.get("files", {}).get(c)])  # one per case
-    out = []
+    drawn: list[tuple[str, str, str, bytes]] = []  # (case, title, caption, PNG) of each figure drawn
     for cid in chosen:
         d = summary.get("files", {}).get(cid)
         if not d:
@@ -424,15 +428,13 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
         fig = plot_triage_overlay(cid, seg, u, case.image, case.spacing, rule.measure, info=info,
                                   class_names=class_names, overlays=overlays, affine=case.affine,
                                   convention=convention)
-        path = figure_paths[cid]
-        out.append(Figure(f"case-{cid}", f"{cid}: triage rank {summary['order'].index(cid) + 1} of "
-                          f"{len(summary['order'])} ({c['decision']})",
-                          f"Reason: {c['reason']}. Rows: the axial, coronal and sagittal slices with the largest "
-                          f"summed uncertainty inside the predicted foreground, drawn with {CONVENTIONS[convention]} "
-                          "(the sides marked on the image), as in the viewer. Columns: image; prediction "
-                          "contour per class; uncertainty heatmap." + "".join(f" {n}" for n in notes),
-                          save_png(fig, path), path, cid))
-    return out
+        drawn.append((cid, f"{cid}: triage rank {summary['order'].index(cid) + 1} of "
+                       f"{len(summary['order'])} ({c['decision']})",
+                       f"Reason: {c['reason']}. Rows: the axial, coronal and sagittal slices with the largest "
+                       f"summed uncertainty inside the predicted foreground, drawn with {CONVENTIONS[convention]} "
+                       "(the sides marked on the image), as in the viewer. Columns: image; prediction "
+                       "contour per class; uncertainty heatmap." + "".join(f" {n}" for n in notes), save_png(fig)))
+    return write_case_figures(fig_dir, drawn)  # one file per case drawn (none for a case without a figure)
 
 
 _CASE_NUMBERS = ("score", "expected_dice", "expected_dice_low", "expected_dice_high", "image_z_max")
@@ -676,8 +678,9 @@ def build_triage_page(
     ]
     shown = [(section, cls.name) for command, cls in products.items()  # the products' commands run on these cases
              if (section := cls.applied_section(folders[command])) is not None]
-    ids = section_ids(shown)  # one id per section, none of the page's own
-    sections += [product_section(section, name, section_id, ids) for (section, name), section_id in zip(shown, ids)]
+    # one id per section, table and banner, none of this page's own
+    sections += [product_section(section, name, section_id, element_ids=element_ids) for (section, name),
+                 (section_id, element_ids) in zip(shown, section_element_ids(shown, TRIAGE_PAGE_IDS))]
     sections.append(el("section", el("h2", "Scores"), el("div", *map(img_tag, figures), class_="plots"), id="plots"))
     cases = case_figures_section("Most uncertain cases: slices of highest uncertainty", case_figs, case_notes,
                                  summary["order"])

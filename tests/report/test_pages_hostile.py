@@ -402,11 +402,13 @@ def test_case_figure_path_keeps_odd_but_harmless_ids_inside_the_folder(tmp_path,
 
 
 def test_pages_name_case_figures_through_one_helper():
-    """Both pages build a case figure's file name with case_figure_paths only, which names each through
-    case_figure_path (no hand-built ``case_...png``)."""
+    """Both pages build a case figure's file name with case_figure_paths only (the triage page through
+    write_case_figures), which names each through case_figure_path (no hand-built ``case_...png``)."""
     for name in ("html.py", "triage.py", "monitor.py"):
         text = (ROOT / "monai_unc" / "report" / name).read_text()
         if name != "monitor.py":  # the monitoring dashboard draws no case figures (inline SVG charts only)
-            assert "case_figure_paths(fig_dir, " in text and "case_figure_path(fig_dir, cid)" not in text, name
+            # the triage page writes its case figures with the report's write_case_figures (case_figure_paths)
+            assert ("case_figure_paths(fig_dir, " in text or "write_case_figures(fig_dir, " in text) \
+                and "case_figure_path(fig_dir, cid)" not in text, name
         assert 'f"case_{cid}.png"' not in text and "case_{" not in text, name
     assert "case_figure_path(folder, c)" in (ROOT / "monai_unc" / "report" / "html.py").read_text()

@@ -153,6 +153,14 @@ def test_product_sections_and_page_ids_are_unique(monkeypatch):
     assert "shared" in ids  # one of the two keeps the id it asked for
 
 
+def _save_stand_in(fig, path=None) -> bytes:
+    """``save_png`` of a stand-in figure (a string): its text, also written to ``path`` when given."""
+    data = str(fig).encode()
+    if path is not None:
+        Path(path).write_bytes(data)
+    return data
+
+
 def test_case_ids_of_one_file_name_get_two_figure_files(tmp_path, monkeypatch):
     """Case ids ``"A"`` and ``"a"``: two figure files on a case-insensitive file system too, each its case's."""
     cases = {cid: (binary_probs(np.where(ball(3) == 1, 0.9 - 0.1 * i, 0.1)), ball(3)) for i, cid in
@@ -164,8 +172,7 @@ def test_case_ids_of_one_file_name_get_two_figure_files(tmp_path, monkeypatch):
     monkeypatch.setattr(html_module, "plot_case_overlay", lambda cid, *a, **k: f"case {cid}")
     for name in ("plot_reliability_diagram", "plot_referral_curve", "plot_uncertainty_histograms"):
         monkeypatch.setattr(html_module, name, lambda *a, _n=name, **k: _n)
-    monkeypatch.setattr(html_module, "save_png", lambda fig, path=None: path.write_bytes(str(fig).encode()) and
-                        str(fig).encode())
+    monkeypatch.setattr(html_module, "save_png", _save_stand_in)
     build_report(evaluation, tmp_path / "report", n_cases=3)
     files = {p.name: p.read_text() for p in (tmp_path / "report" / "figures").glob("case_*.png")}
     assert sorted(files.values()) == ["case A", "case a", "case b"], files
@@ -180,8 +187,10 @@ def test_case_figure_paths_refuse_what_cannot_name_a_file():
 
 
 def test_section_ids_avoid_the_triage_pages_own_ids():
+    from monai_unc.report.triage import TRIAGE_PAGE_IDS
+
     ids = section_ids([(ReportSection("A", anchor="mismatch"), "a"), (ReportSection("B", anchor="fig-x"), "b"),
-                       (ReportSection("C"), "c")])
+                       (ReportSection("C"), "c")], page_ids=TRIAGE_PAGE_IDS)
     assert ids[0].startswith("mismatch-") and ids[1] == "product-fig-x"  # the page's ids are its own
     assert ids[2] == "product-c" and len(set(ids)) == 3
 
@@ -209,3 +218,162 @@ def test_tables_take_no_id_of_another_section_or_of_the_page():
         ids = [i for s in product_sections({k: {"key": k} for k in sections}) for i in _ids(str(s))]
     assert len(ids) == len(set(ids)) == 5, ids
     assert "x-y" in ids and "fig-referral" not in ids and "product-fig" in ids, ids
+
+
+# ------------------------------------------------------------------------------------------------ second review
+class _Products:
+    """Stand-in products whose sections are ``sections[name]`` (for :func:`product_sections`)."""
+
+    def __init__(self, sections: dict[str, ReportSection]):
+        self.sections = sections
+
+    def report_section(self, block):
+        return self.sections[block["key"]]
+
+
+def _product_ids(sections: dict[str, ReportSection], monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    monkeypatch.setattr(html_module, "product_type", lambda key: _Products(sections) if key in sections else None)
+    return [i for s in product_sections({k: {"key": k} for k in sections}) for i in _ids(str(s))]
+
+
+def test_tables_of_two_sections_never_share_an_id(monkeypatch):
+    """Found by review 70: section ``a``'s table ``x·y`` (``a-x-b7-y``) and section ``a-x-b7``'s table ``y`` had one
+    id; the ids of all sections, tables and banners of a page are now allocated together."""
+    sections = {"one": ReportSection("One", anchor="a", tables=[ReportTable(["c"], [["1"]], key="x\u00b7y")]),
+                "two": ReportSection("Two", anchor="a-x-b7", tables=[ReportTable(["c"], [["1"]], key="y")],
+                                     banners=[("x\u00b7y", "note", "text")])}
+    ids = _product_ids(sections, monkeypatch)
+    assert len(ids) == len(set(ids)) == 5, ids
+    assert ids[:2] == ["a", "a-x-b7-y-" + ids[1].rsplit("-", 1)[1]] and ids[2:4] == ["a-x-b7", "a-x-b7-y"], ids
+
+
+def test_element_ids_compare_exactly(monkeypatch):
+    """Found by review 70: ids that name no file were compared case-insensitively, so anchors ``Masks`` and ``masks``,
+    table keys ``A`` and ``a`` and an anchor ``Summary`` (the page has ``summary``) were renamed; HTML ids are
+    case-sensitive, and names that collide with nothing keep the ids of earlier versions."""
+    tables = [ReportTable(["c"], [["1"]], key=k) for k in ("A", "a")]
+    assert _ids(str(product_section(ReportSection("P", tables=tables), "p"))) == ["product-p", "product-p-A",
+                                                                                  "product-p-a"]
+    assert section_ids([(ReportSection("A", anchor="Masks"), "a"), (ReportSection("B", anchor="masks"), "b"),
+                        (ReportSection("C", anchor="Summary"), "c"), (ReportSection("D", anchor="Fig-x"), "d")]) \
+        == ["Masks", "masks", "Summary", "Fig-x"]
+    sections = {"one": ReportSection("One", anchor="Plots", banners=[("Note", "n", "t"), ("note", "n", "t")])}
+    assert _product_ids(sections, monkeypatch) == ["Plots", "Plots-Note", "Plots-note"]
+
+
+def test_file_names_are_compared_without_compatibility_folding():
+    """Found by review 70: NFKC folded ``x²`` to ``x2`` and ``①`` to ``1``, which no file system does; canonically
+    equal names (NFC ``é``, NFD ``é``) and names differing in case still get two files."""
+    assert _unique_anchors(["x2", "x\u00b2"]) == {"x2": "x2", "x\u00b2": "x\u00b2"}
+    assert sorted(p.name for p in case_figure_paths("f", ["1", "\u2460"]).values()) == ["case_1.png", "case_\u2460.png"]
+    nfc, nfd = "\u00e9", "e\u0301"
+    paths = case_figure_paths("f", [nfc, nfd, "\u00c9"])
+    assert len({p.name.casefold() for p in paths.values()}) == 3 and paths[nfd].name == f"case_{nfd}.png", paths
+
+
+def test_page_ids_are_reserved_per_page(monkeypatch):
+    """Found by review 70: ``report.html`` renamed an anchor ``mismatch`` (an id of the triage page only)."""
+    from monai_unc.report.triage import TRIAGE_PAGE_IDS
+
+    assert section_ids([(ReportSection("A", anchor="mismatch"), "a"), (ReportSection("B", anchor="triage-check"),
+                                                                        "b")]) == ["mismatch", "triage-check"]
+    assert _product_ids({"one": ReportSection("One", anchor="unverified")}, monkeypatch) == ["unverified"]
+    on_triage = section_ids([(ReportSection("A", anchor="mismatch"), "a"), (ReportSection("B", anchor="regions"), "b")],
+                            page_ids=TRIAGE_PAGE_IDS)
+    assert on_triage[0].startswith("mismatch-") and on_triage[1] == "regions", on_triage  # no regions on that page
+    assert section_ids([(ReportSection("A", anchor="regions"), "a")])[0].startswith("regions-")
+
+
+def test_keep_page_figures_never_removes_the_file_it_wrote(tmp_path):
+    """Found by review 70: page 1 drew cases ``A`` and ``a`` (``case_A.png``, ``case_a-<digest>.png``), page 2 only
+    ``a`` (``case_a.png``) and then removed ``case_A.png``: on a case-insensitive file system, the file it had just
+    written. An earlier name of the file key of one this page wrote is kept, and recorded, so that a later page
+    removes it when it shows neither."""
+    from monai_unc.report.html import Figure, figures_folder, keep_page_figures
+
+    fig_dir, _ = figures_folder(tmp_path)
+    first = case_figure_paths(fig_dir, ["A", "a"])
+    for p in first.values():
+        p.write_bytes(b"one")
+    keep_page_figures(fig_dir, set(), [Figure(f"case-{c}", "t", "c", b"", p) for c, p in first.items()])
+    fig_dir, earlier = figures_folder(tmp_path)
+    assert earlier == {"case_A.png", first["a"].name}
+    second = case_figure_paths(fig_dir, ["a"])["a"]
+    second.write_bytes(b"two")
+    keep_page_figures(fig_dir, earlier, [Figure("case-a", "t", "c", b"", second)])
+    assert second.read_bytes() == b"two" and (fig_dir / "case_A.png").exists() and not first["a"].exists()
+    fig_dir, earlier = figures_folder(tmp_path)
+    assert earlier == {"case_a.png", "case_A.png"}
+    keep_page_figures(fig_dir, earlier, [])  # a page without these cases removes both names
+    assert not list(fig_dir.glob("*.png"))
+
+
+def test_a_case_without_a_figure_takes_no_file_name(tmp_path, monkeypatch):
+    """Found by review 70: a case whose files cannot be read (or without a map) has no figure, but still made the
+    other case of its file name take ``case_<id>-<digest>.png``."""
+    cases = {cid: (binary_probs(np.where(ball(3) == 1, 0.9 - 0.1 * i, 0.1)), ball(3)) for i, cid in
+             enumerate(["A", "a"])}
+    data = write_cases(tmp_path / "data", cases)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        evaluation = evaluate(data, tmp_path / "eval", "--no-spatial")
+    load = html_module.load_figure_case
+
+    def unreadable_a(files, *args, **kwargs):
+        if files.case_id == "A":
+            args[-1].append("A: no figure and no viewer: unreadable")
+            return None
+        return load(files, *args, **kwargs)
+
+    monkeypatch.setattr(html_module, "load_figure_case", unreadable_a)
+    monkeypatch.setattr(html_module, "plot_case_overlay", lambda cid, *a, **k: f"case {cid}")
+    for name in ("plot_reliability_diagram", "plot_referral_curve", "plot_uncertainty_histograms"):
+        monkeypatch.setattr(html_module, name, lambda *a, _n=name, **k: _n)
+    monkeypatch.setattr(html_module, "save_png", _save_stand_in)
+    text = build_report(evaluation, tmp_path / "report", n_cases=2, viewer=False).read_text()
+    files = {p.name: p.read_text() for p in (tmp_path / "report" / "figures").glob("case_*.png")}
+    assert files == {"case_a.png": "case a"}, files
+    assert "<bdi>A</bdi>: no figure and no viewer: unreadable" in text  # its line is still on the page
+
+
+def test_a_triage_case_without_a_figure_takes_no_file_name(tmp_path, monkeypatch):
+    """As above, on the triage page: case ``A``'s files cannot be read, case ``a`` keeps ``case_a.png``."""
+    from types import SimpleNamespace
+
+    from monai_unc.evaluation.triage import ReferralRule
+    from monai_unc.report import triage as triage_module
+    from tests.report.test_triage_hostile_numbers import triage_json
+
+    doc = json.loads(json.dumps(triage_json()).replace('"b"', '"A"'))  # cases a, A (referred) and c
+    measure = ReferralRule.from_json(doc["rule"], "rule").measure
+    doc["files"] = {c: {"case": c, "label": str(tmp_path / f"{c}_label.nii.gz"),
+                        "maps": {measure: str(tmp_path / f"{c}_map.nii.gz")}} for c in ("A", "a")}
+    (tmp_path / "triage.json").write_text(json.dumps(doc))
+
+    def load(files, measure, *args, **kwargs):
+        if files.case_id == "A":
+            args[-1].append("A: no figure and no viewer: unreadable")
+            return None
+        return SimpleNamespace(seg=np.zeros((2, 2, 2), int), maps={measure: np.zeros((2, 2, 2))}, image=None,
+                               spacing=(1.0, 1.0, 1.0), affine=np.eye(4), image_unit=None)
+
+    monkeypatch.setattr(triage_module, "load_figure_case", load)
+    monkeypatch.setattr(triage_module, "plot_triage_overlay", lambda cid, *a, **k: f"case {cid}")
+    monkeypatch.setattr(triage_module, "plot_score_distribution", lambda *a, **k: "scores")
+    monkeypatch.setattr(triage_module, "save_png", _save_stand_in)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the file is not signed
+        text = triage_module.build_triage_page(tmp_path, n_cases=3, viewer=False).read_text()
+    files = {p.name: p.read_text() for p in (tmp_path / "figures").glob("*.png")}
+    assert files == {"case_a.png": "case a", "scores.png": "scores"}, files
+    assert "<bdi>A</bdi>: no figure and no viewer: unreadable" in text
+
+
+def test_page_ids_and_element_ids_are_checked():
+    with pytest.raises(TypeError, match="page_ids"):
+        section_ids([(ReportSection("A"), "a")], page_ids="summary")
+    section = ReportSection("P", tables=[ReportTable(["c"], [["1"]], key="t")], banners=[("b", "n", "t")])
+    with pytest.raises(ValueError, match="element_ids"):
+        product_section(section, "p", "product-p", element_ids=["product-p-t"])
+    ids = _ids(str(product_section(section, "p", "mine", element_ids=["x1", "x2"])))
+    assert ids == ["mine", "x1", "x2"]
