@@ -212,3 +212,17 @@ def test_qu_brats_regions_in_one_held_call_merge_their_regions():
     (text,) = _said_here(_caught(lambda: said_once_per_call(cases)), UNGRADED_WARNING)
     assert "(the maps of the regions ['WT', 'ET'])" in text, text
     assert "cases)" not in text
+
+
+def test_hausdorff_distance_says_an_empty_foreground_at_its_callers_line():
+    """Found by review 70: the ``inf`` warning of ``hausdorff_distance`` (one case) counted one frame too many: it
+    named the caller's caller (at a script's top level, the module ``sys``)."""
+    empty, mask = np.zeros((6, 6), dtype=np.int64), np.zeros((6, 6), dtype=np.int64)
+    mask[2:4, 2:4] = 1
+
+    def helper() -> list[warnings.WarningMessage]:
+        return _caught(lambda: hausdorff_distance(empty, mask))  # the line the warning must name
+
+    caught = helper()
+    (text,) = _said_here(caught, "hd95: the prediction foreground is empty")
+    assert caught[0].lineno == helper.__code__.co_firstlineno + 1, (caught[0].lineno, text)
