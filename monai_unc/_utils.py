@@ -11,6 +11,7 @@ import contextlib
 import contextvars
 import copy
 import decimal
+import functools
 import json
 import math
 import numbers
@@ -2405,42 +2406,100 @@ def user_stacklevel() -> int:
     return level
 
 
-#: the warnings :func:`said_once_per_call` holds while a metric's call runs in this thread (or asyncio task):
-#: ``{(category, key): (category, message, key, rank)}``; None outside such a call (a context variable: one thread's
-#: call holds none of another's warnings, and no warning filter changes)
-_HELD_WARNINGS: contextvars.ContextVar[dict[Any, tuple[type[Warning], str, Any, float]] | None] = \
+class _Held:
+    """The warnings of one category and key held in a :func:`said_once_per_call` call, said as one at its end."""
+
+    __slots__ = ("category", "message", "key", "rank", "items", "merge")
+
+    def __init__(self, category: type[Warning], message: str, key: Any, rank: float, items: list[Any],
+                 merge: Callable[[str, list[Any]], str] | None) -> None:
+        self.category, self.message, self.key, self.rank = category, message, key, rank
+        self.items, self.merge = items, merge
+
+    def join(self, held: dict[Any, _Held]) -> None:
+        """Add this warning to ``held``: a new key, or the items of one held already (its message of the larger
+        rank)."""
+        k = (self.category, self.message if self.key is None else self.key)
+        cur = held.get(k)
+        if cur is None:
+            held[k] = self
+            return
+        if self.rank > cur.rank:
+            cur.message, cur.rank = self.message, self.rank
+        cur.items.extend(self.items)
+        if cur.merge is None:
+            cur.merge = self.merge
+
+    def text(self) -> str:
+        """The text said: ``merge(message, items)``, or the message."""
+        return self.message if self.merge is None else self.merge(self.message, self.items)
+
+
+#: the warnings :func:`said_once_per_call` holds while a call runs in this thread (or asyncio task):
+#: ``{(category, key): _Held}``; None outside such a call (a context variable: one thread's call holds none of
+#: another's warnings, and no warning filter changes)
+_HELD_WARNINGS: contextvars.ContextVar[dict[Any, _Held] | None] = \
     contextvars.ContextVar("monai_unc_held_warnings", default=None)
 
 
 def say_warning(
-    message: str, category: type[Warning] = UserWarning, stacklevel: int = 1, key: Any = None, rank: float = 0.0
+    message: str,
+    category: type[Warning] = UserWarning,
+    stacklevel: int = 1,
+    key: Any = None,
+    rank: float = 0.0,
+    item: Any = None,
+    merge: Callable[[str, list[Any]], str] | None = None,
 ) -> None:
     """:func:`warnings.warn`, or, inside :func:`said_once_per_call`, hold the warning for the end of that call.
 
     Args:
-        message: the warning's text.
+        message: the warning's text (said as is outside a held call).
         category: its class.
-        stacklevel: as :func:`warnings.warn`'s, counted from the caller of this function.
+        stacklevel: as :func:`warnings.warn`'s, counted from the caller of this function (outside a held call).
         key: warnings of the same category and key are said once in a held call (default: the message itself).
-        rank: of several held warnings of one key, the one of the largest rank is said (e.g. the most extreme value
-            of the call's cases), else the first.
+        rank: of several held warnings of one key, the message of the largest rank is said (e.g. the most extreme
+            value of the call's cases), else the first.
+        item: what this warning is about (a region, a case), collected with the items of the other warnings of its
+            key in a held call, in order (duplicates kept: their number is the number of times it was said).
+        merge: ``merge(message, items) -> text``: the text said for the held warnings of one key, from the message
+            (of the largest rank) and their items (:func:`count_cases` appends their number); default the message.
 
     Example:
         >>> import warnings
         >>> with warnings.catch_warnings(record=True) as caught:
         ...     warnings.simplefilter("always")
         ...     said_once_per_call(lambda: [say_warning("degenerate case") for _ in range(2)])
+        ...     said_once_per_call(lambda: [say_warning("empty case", merge=count_cases) for _ in range(3)])
         [None, None]
+        [None, None, None]
         >>> [str(w.message) for w in caught]
-        ['degenerate case']
+        ['degenerate case', 'empty case (in 3 cases)']
     """
     held = _HELD_WARNINGS.get()
     if held is None:
         warnings.warn(message, category, stacklevel=stacklevel + 1)
         return
-    k = (category, message if key is None else key)
-    if k not in held or rank > held[k][3]:
-        held[k] = (category, message, key, rank)
+    _Held(category, message, key, rank, [item], merge).join(held)
+
+
+def count_cases(message: str, items: list[Any]) -> str:
+    """A ``merge`` of :func:`say_warning`: the message, with ``" (in N cases)"`` appended when said ``N >= 2`` times.
+
+    The message's words stay first, so a filter matching its beginning still matches.
+
+    Args:
+        message: the held message.
+        items: one item per time it was said.
+
+    Returns:
+        The text.
+
+    Example:
+        >>> count_cases("BUC: undefined", [None] * 8)
+        'BUC: undefined (in 8 cases)'
+    """
+    return message if len(items) < 2 else f"{message} (in {len(items)} cases)"
 
 
 def said_once_per_call(call: Callable[..., _R], *args: Any, **kwargs: Any) -> _R:
@@ -2448,10 +2507,11 @@ def said_once_per_call(call: Callable[..., _R], *args: Any, **kwargs: Any) -> _R
 
     For a MONAI metric adapter's ``__call__``: MONAI's ``CumulativeIterationMetric.__call__`` evaluates every case
     (and every item of a decollated list) in turn, so a warning of degenerate input said inside came once per case, at
-    a line of MONAI's ``metric.py`` (or of this package), which a filter on the user's module does not match. The
+    a line of MONAI's ``metric.py`` (or of this package), which a filter on the user's module does not match; and for
+    a function that loops over the cases of a batch (:func:`once_per_call`). The
     warnings are held (:func:`say_warning`) and said when the call returns, with :func:`user_stacklevel`; a call that
     raises drops its held warnings (the error is what it says), and leaves none for the next call. Inside another
-    held call they join that call's.
+    held call they join that call's (their items too).
 
     Args:
         call: the function to run.
@@ -2465,20 +2525,56 @@ def said_once_per_call(call: Callable[..., _R], *args: Any, **kwargs: Any) -> _R
         >>> said_once_per_call(max, 1, 2)
         2
     """
-    held: dict[Any, tuple[type[Warning], str, Any, float]] = {}
+    held: dict[Any, _Held] = {}
     token = _HELD_WARNINGS.set(held)
     try:
         out = call(*args, **kwargs)
     finally:
         _HELD_WARNINGS.reset(token)
-    for category, message, key, rank in held.values():
-        say_warning(message, category, stacklevel=user_stacklevel(), key=key, rank=rank)
+    outer = _HELD_WARNINGS.get()
+    for entry in held.values():
+        if outer is not None:
+            entry.join(outer)
+        else:
+            warnings.warn(entry.text(), entry.category, stacklevel=user_stacklevel())
     return out
 
 
-def warn_nan(message: str, stacklevel: int = 3) -> float:
-    """Emit a ``UserWarning`` for degenerate but valid input and return NaN (held in :func:`said_once_per_call`)."""
-    say_warning(message, UserWarning, stacklevel=stacklevel)
+def once_per_call(fn: Callable[..., _R]) -> Callable[..., _R]:
+    """Decorate a function so that it runs inside :func:`said_once_per_call`: a function of a batch says each
+    distinct warning of its cases once for the call, at the user's line.
+
+    Args:
+        fn: the function.
+
+    Returns:
+        The wrapped function (its name, docstring and signature kept).
+
+    Example:
+        >>> @once_per_call
+        ... def double(x):
+        ...     return 2 * x
+        >>> double(2)
+        4
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> _R:
+        return said_once_per_call(fn, *args, **kwargs)
+
+    return wrapper
+
+
+def warn_nan(message: str, stacklevel: int = 3, merge: Callable[[str, list[Any]], str] | None = None) -> float:
+    """Emit a ``UserWarning`` for degenerate but valid input and return NaN.
+
+    Inside :func:`said_once_per_call` (a metric class's call, a function of a batch: :func:`once_per_call`) the
+    warning is held and said once for the call, with ``merge`` as :func:`say_warning`'s: by default
+    :func:`count_cases`, which names how many times (cases) it was said.
+    """
+    if merge is None:
+        merge = count_cases
+    say_warning(message, UserWarning, stacklevel=stacklevel, merge=merge)
     return float("nan")
 
 
@@ -2486,7 +2582,9 @@ def warn_tied(scores: np.ndarray, caller: str, value: str, stacklevel: int = 3, 
     """Warn that ``scores`` (two or more, finite) are all tied, so they cannot rank the cases; True when they are.
 
     The one warning of every ranking metric given a constant score (AURC, E-AURC, AUGRC, AUROC, average precision,
-    the referral curve): valid input whose value is the chance value of no ranking, not a merit of the score.
+    the referral curve): valid input whose value is the chance value of no ranking, not a merit of the score. Inside
+    :func:`said_once_per_call` (a function of a batch) it is said once for the call, with the number of its cases
+    (:func:`count_cases`).
 
     Args:
         scores: the scores (any shape; checked finite by the caller).
@@ -2503,8 +2601,9 @@ def warn_tied(scores: np.ndarray, caller: str, value: str, stacklevel: int = 3, 
     n = a.size if count is None else count
     if n < 2 or a.min() != a.max():
         return False
-    warnings.warn(f"{caller}: all {n} scores are tied, so the scores cannot rank the cases; {value}", UserWarning,
-                  stacklevel=stacklevel)
+    # a function of a batch says it once for the call, naming how many cases (its first case's count of scores)
+    say_warning(f"{caller}: all {n} scores are tied, so the scores cannot rank the cases; {value}", UserWarning,
+                stacklevel=stacklevel, key=(caller, "tied", value), merge=count_cases)
     return True
 
 

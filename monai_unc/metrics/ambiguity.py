@@ -55,6 +55,7 @@ from .._utils import (
     check_integer,
     check_labels,
     like_input,
+    once_per_call,
     to_tensor,
     warn_nan,
 )
@@ -126,6 +127,7 @@ def _nan_result() -> GEDResult:
 
 
 @deprecated_arg_names({"pred_uncertainty": "uncertainty", "reference": "target"})
+@once_per_call
 def ncc(uncertainty: ArrayLike, target: ArrayLike) -> float:
     """Normalized cross-correlation of two maps of one case (ValUES eq. 12, Hu et al. 2019).
 
@@ -169,8 +171,8 @@ def ncc(uncertainty: ArrayLike, target: ArrayLike) -> float:
     const_a, const_b = bool(a.max() == a.min()), bool(b.max() == b.min())
     if const_a or const_b:
         which = "uncertainty" if const_a else "target"
-        # stacklevel 4: the caller of ncc, past the deprecated-argument wrapper
-        return warn_nan(f"ncc: {which} is constant, the correlation is undefined", stacklevel=4)
+        # said at the caller's line (once_per_call), past the deprecated-argument wrapper
+        return warn_nan(f"ncc: {which} is constant, the correlation is undefined")
     # Pearson's r does not change with the scale of either map: each divided by its largest magnitude (not 0: neither
     # map is constant) before centring keeps the mean from overflow (finite maps near 1.8e308: the mean was inf and r
     # NaN, found by hostile testing) and the products from underflow (maps of 1e-170: r was inf) and overflow (1e170:

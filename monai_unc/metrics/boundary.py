@@ -48,7 +48,6 @@ All functions accept numpy arrays or torch tensors; array outputs follow the inp
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
@@ -62,13 +61,17 @@ from .._utils import (
     ArrayLike,
     case_spacings,
     check_bool,
+    count_cases,
     like_input,
     normalize_spacing,
     num_threads,
+    once_per_call,
     positive_finite,
     real_number,
+    say_warning,
     to_numpy,
     to_tensor,
+    user_stacklevel,
     warn_nan,
 )
 
@@ -618,7 +621,8 @@ def _hd_case(pred_fg: Array, target_fg: Array, spacing: tuple, percentile: float
     if not has_p or not has_t:
         if warn:
             which = "prediction" if not has_p else "target"
-            warnings.warn(f"hd95: the {which} foreground is empty; HD95 is infinite", UserWarning, stacklevel=4)
+            say_warning(f"hd95: the {which} foreground is empty; HD95 is infinite", UserWarning,
+                        stacklevel=user_stacklevel(), merge=count_cases)  # once for a batch (hd95), with the count
         return float("inf")
     e = spacing_exponent(spacing)
     if e:  # as in _distance_to_features: squares of the scaled spacing neither underflow nor overflow
@@ -676,6 +680,7 @@ def _check_percentile(percentile: Any) -> float:
     return q
 
 
+@once_per_call
 def hausdorff_distance(
     pred_mask: ArrayLike,
     target_mask: ArrayLike,
@@ -727,6 +732,7 @@ def hausdorff_distance(
     return _hd_case(p > 0, t > 0, normalize_spacing(spacing, n), _check_percentile(percentile), warn, backend)
 
 
+@once_per_call
 def hd95(
     pred: ArrayLike,
     target: ArrayLike,
@@ -740,9 +746,10 @@ def hd95(
     binary erosion, directed 95th percentiles with linear interpolation, the larger of the two), computed in
     float64 (CUDA tensors with cuCIM installed: from cuCIM's float32 transforms on the device). Both foregrounds
     empty: NaN with a ``UserWarning``; exactly one empty: ``inf`` with a warning (every distance to an empty set is
-    infinite). MONAI agrees on both at ``percentile=100`` (its ``percentile=None``),
-    but below 100 its interpolation between infinite distances (``inf - inf``) gives NaN where one foreground is
-    empty, which a NaN-skipping mean over cases then leaves out: a missed structure stays visible here.
+    infinite); each warning once for the call, naming how many cases, at the caller's line. MONAI agrees on both at
+    ``percentile=100`` (its ``percentile=None``), but below 100 its interpolation between infinite distances
+    (``inf - inf``) gives NaN where one foreground is empty, which a NaN-skipping mean over cases then leaves out: a
+    missed structure stays visible here.
 
     Args:
         pred: label map ``(*spatial)`` or ``(*batch, *spatial)``: non-negative integer labels (any integer, bool or

@@ -54,7 +54,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._utils import ArrayLike, exceeds, is_int, probability_tolerance, to_numpy, warn_nan, warn_tied
+from .._utils import (
+    ArrayLike,
+    exceeds,
+    is_int,
+    probability_tolerance,
+    said_once_per_call,
+    to_numpy,
+    warn_nan,
+    warn_tied,
+)
 from .selective import aurc_of, ranked_risk
 
 __all__ = [
@@ -173,12 +182,10 @@ def _per_case(
     public function that calls this one directly).
     """
     pairs, by_case = _cases(uncertainty, error, per_case, caller, stacklevel=stacklevel)
-    # a loop, not a list comprehension: before Python 3.12 a comprehension is a frame of its own, and the NaN warnings
-    # of the cases (their stacklevels count the frames up to the caller) pointed into this module (found by hostile
-    # testing)
-    values = []
-    for u, e in pairs:
-        values.append(fn(u, e))
+    # the warnings of the cases (an undefined case, a constant map) held and said once for the call, naming how many
+    # cases, at the user's line (found by review 70: once per case; at a line of this module where a list
+    # comprehension was a frame of its own)
+    values = said_once_per_call(lambda: [fn(u, e) for u, e in pairs])
     return _output(values, uncertainty) if by_case else values[0]
 
 
@@ -710,14 +717,16 @@ def pavpu(
         totals.append(accurate.size)
     if not by_case:
         hits, totals = [sum(hits)], [sum(totals)]
-    values = []
-    for h, n in zip(hits, totals):
+
+    def value(h: int, n: int) -> float:
         if n == 0:
             shape = pairs[0][0].shape
             w = _window(window, len(shape))
-            values.append(warn_nan(f"pavpu: the map {shape} is smaller than one window {w}; no complete patch"))
-        else:
-            values.append(float(h) / n)
+            return warn_nan(f"pavpu: the map {shape} is smaller than one window {w}; no complete patch")
+        return float(h) / n
+
+    # once for the call, naming how many cases, at the user's line (found by review 70: once per case)
+    values = said_once_per_call(lambda: [value(h, n) for h, n in zip(hits, totals)])
     return _output(values, uncertainty) if by_case else values[0]
 
 

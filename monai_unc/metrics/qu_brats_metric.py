@@ -21,6 +21,7 @@ from .._utils import (
     exceeds,
     main_rank_warnings,
     reduce_case_values,
+    said_once_per_call,
     sync_case_buffers,
     to_tensor,
 )
@@ -33,11 +34,10 @@ from .qu_brats_score import (
     check_grid_args,
     check_scale,
     checked_uncertainty,
-    qu_brats_thresholds,
     real_brain_mask,
+    say_ungraded,
     score_region,
     to_qu_brats_range,
-    warn_ungraded,
 )
 
 __all__ = ["QUBraTSMetric"]
@@ -126,8 +126,6 @@ class QUBraTSMetric(CumulativeIterationMetric):
         self.component = component
         self.reduction = check_metric_reduction(reduction)  # here, not at aggregate() after an epoch
         self.get_not_nans = check_bool(get_not_nans, "get_not_nans")
-        #: the ungraded maps of the current call, {channel: its name}: said once when the call returns
-        self._ungraded: dict[int, str | int] = {}
 
     def _masks(self, x: torch.Tensor, name: str, probabilities: bool = True, first: int = 0) -> torch.Tensor:
         """Batch ``(B, R, *spatial)`` of bool region masks from masks, probabilities or label maps.
@@ -199,17 +197,9 @@ class QUBraTSMetric(CumulativeIterationMetric):
             ]
         else:
             packed = self._pack(y_pred, y, uncertainty, brain_mask)
-        self._ungraded.clear()  # (a refused call may have left some)
-        out = super().__call__(packed, None, **kwargs)
-        # here, not in _compute_tensor: once for the call, not per case and region, and at the user's line, not
+        # the ungraded maps' warnings held and said once for the call, naming the regions, at the user's line, not
         # MONAI's (found by review 70: one warning per case and region, at a line of MONAI's CumulativeIterationMetric)
-        if self._ungraded:
-            channels = sorted(self._ungraded)
-            which = [self._ungraded.pop(j) for j in channels]
-            maps = f"regions {which}" if all(isinstance(w, str) for w in which) else f"channels {channels}"
-            grid = qu_brats_thresholds(self.num_points, self.max_uncertainty, self.grid)
-            warn_ungraded(grid, self.max_uncertainty, maps)
-        return out
+        return said_once_per_call(super().__call__, packed, None, **kwargs)
 
     def _pack(self, y_pred: Any, y: Any, uncertainty: Any, brain_mask: Any, first: int = 0) -> torch.Tensor:
         p = _plain(to_tensor(y_pred, "y_pred"))
@@ -261,8 +251,8 @@ class QUBraTSMetric(CumulativeIterationMetric):
                 res, ungraded = score_region(y_pred[i, j], y_pred[i, r + j] > 0.5, y_pred[i, 2 * r + j] > 0.5, mask,
                                              self.num_points, self.max_uncertainty, self.grid)
                 out[i, j] = getattr(res, self.component)
-                if warn and ungraded:  # said by __call__, once for the call
-                    self._ungraded[j] = j if names is None else names[j]
+                if warn and ungraded:  # held by __call__ and said once for the call
+                    say_ungraded(res.thresholds, self.max_uncertainty, j, None if names is None else names[j])
         return out.to(y_pred.device)
 
     def _sync(self) -> None:

@@ -47,7 +47,6 @@ aggregate to NaN with a ``UserWarning``.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -61,6 +60,8 @@ from .._utils import (
     check_bool,
     check_finite,
     like_input,
+    said_once_per_call,
+    say_warning,
     to_tensor,
     trapezoid,
     user_stacklevel,
@@ -508,7 +509,7 @@ def qu_brats_core(
     grid: str = "numpy2",
     warn: bool = True,
 ) -> QUBraTSResult:
-    """:func:`qu_brats`, whose warning of an ungraded map (:func:`warn_ungraded`) the caller may leave out.
+    """:func:`qu_brats`, whose warning of an ungraded map (:func:`say_ungraded`) the caller may leave out.
 
     For a caller that rescaled the map itself from its declared scale, where a map nowhere above the first positive
     threshold is a confident map, not a scale slip; earlier versions filtered the warning by its text, a process-wide
@@ -522,7 +523,7 @@ def qu_brats_core(
         num_points: as :func:`qu_brats`.
         max_uncertainty: as :func:`qu_brats`.
         grid: as :func:`qu_brats`.
-        warn: give :func:`warn_ungraded`'s warning (``True``) or not.
+        warn: give :func:`say_ungraded`'s warning (``True``) or not.
 
     Returns:
         A :class:`QUBraTSResult`.
@@ -538,7 +539,7 @@ def qu_brats_core(
     """
     res, ungraded = score_region(uncertainty, pred, target, brain_mask, num_points, max_uncertainty, grid)
     if warn and ungraded:
-        warn_ungraded(res.thresholds, float(max_uncertainty))
+        say_ungraded(res.thresholds, float(max_uncertainty))
     return res
 
 
@@ -558,7 +559,7 @@ def score_region(
     scale given for the challenge's ``[0, 100]`` (a normalised entropy scored 0.90 instead of 0.52, without a word;
     found by hostile testing). A map of zeros (certain everywhere) is not ungraded. The callers that score several
     maps in one call (:func:`qu_brats_regions`, :class:`~monai_unc.metrics.QUBraTSMetric`) say it once for the call
-    with :func:`warn_ungraded` (in earlier versions once per map, the same text for every region and case).
+    with :func:`say_ungraded` (in earlier versions once per map, the same text for every region and case).
 
     Args:
         uncertainty: as :func:`qu_brats`.
@@ -611,33 +612,62 @@ def score_region(
     return _result_from_counts(counts, desc, max_u), ungraded
 
 
-def warn_ungraded(thresholds: np.ndarray, max_u: float, maps: str = "") -> None:
+def say_ungraded(thresholds: np.ndarray, max_u: float, channel: int | None = None, name: str | None = None) -> None:
     """The ``UserWarning`` of an ungraded map (:func:`score_region`), at the first caller outside the package.
+
+    Said at once for one map (:func:`qu_brats`). Inside :func:`~monai_unc._utils.said_once_per_call` (a call of
+    :func:`qu_brats_regions` or :class:`~monai_unc.metrics.QUBraTSMetric`, which score several maps) the warnings
+    of the maps of one scale are held and said as one line at the end of the call, naming the ungraded regions (or,
+    without names, channels) in channel order, each once (in earlier versions once per region, and the metric once
+    per case and region).
 
     Args:
         thresholds: the threshold grid, descending (:attr:`QUBraTSResult.thresholds`); its second smallest value is
             the smallest positive threshold.
         max_u: the top of the scale.
-        maps: which maps are ungraded, e.g. ``"regions ['TC', 'WT']"``, for a call that scores several (``""``: one).
+        channel: the map's region channel, for a call that scores several maps (None: one map).
+        name: the region's name, if it has one.
 
     Example:
         >>> import warnings
+        >>> from monai_unc._utils import said_once_per_call
         >>> from monai_unc.metrics.qu_brats_score import qu_brats_thresholds
+        >>> grid = qu_brats_thresholds()
         >>> with warnings.catch_warnings(record=True) as caught:
         ...     warnings.simplefilter("always")
-        ...     warn_ungraded(qu_brats_thresholds(), 100.0, "regions ['WT']")
-        >>> str(caught[0].message)[:62]
-        'qu_brats: every value of uncertainty is at most 2.5, the small'
+        ...     said_once_per_call(lambda: [say_ungraded(grid, 100.0, j, n) for j, n in ((1, "WT"), (0, "TC"))])
+        [None, None]
+        >>> str(caught[0].message)[:62], "(the maps of the regions ['TC', 'WT'])" in str(caught[0].message)
+        ('qu_brats: every value of uncertainty is at most 2.5, the small', True)
     """
-    where = f" (the maps of the {maps})" if maps else ""
-    warnings.warn(
-        f"{UNGRADED_WARNING} {float(thresholds[-2]):g}, the smallest positive threshold of the [0, "
-        f"max_uncertainty={max_u:g}] scale{where}, so only the threshold 0 filters voxels and the score ignores the "
-        "map's gradation; if the map is on another scale (e.g. [0, 1], or nats), rescale it first "
-        "(to_qu_brats_range(u, max_value=...))",
+    step = float(thresholds[-2])
+    item = None if channel is None else (int(channel), name)
+
+    def text(maps: str) -> str:
+        where = f" (the maps of the {maps})" if maps else ""
+        return (f"{UNGRADED_WARNING} {step:g}, the smallest positive threshold of the [0, max_uncertainty={max_u:g}] "
+                f"scale{where}, so only the threshold 0 filters voxels and the score ignores the map's gradation; if "
+                "the map is on another scale (e.g. [0, 1], or nats), rescale it first "
+                "(to_qu_brats_range(u, max_value=...))")
+
+    def merged(message: str, items: list[Any]) -> str:
+        return message if item is None else text(_ungraded_maps(items))
+
+    say_warning(
+        text("" if item is None else _ungraded_maps([item])),
         UserWarning,
-        stacklevel=user_stacklevel(),  # the user's call, through qu_brats, qu_brats_regions or QUBraTSMetric
+        stacklevel=user_stacklevel(),  # the user's call, through qu_brats (held calls say it there themselves)
+        key=(UNGRADED_WARNING, step, float(max_u), item is None),
+        item=item,
+        merge=merged,
     )
+
+
+def _ungraded_maps(items: list[tuple[int, str | None]]) -> str:
+    """``"regions ['TC', 'WT']"`` (or ``"channels [0, 2]"`` where a map has no name) of ``(channel, name)`` items."""
+    first = dict(sorted(dict.fromkeys(items)))  # channel -> name, each channel once, in channel order
+    names = list(first.values())
+    return f"regions {names}" if all(isinstance(n, str) for n in names) else f"channels {list(first)}"
 
 
 def _result_from_counts(counts: np.ndarray, desc: np.ndarray, max_u: float) -> QUBraTSResult:
@@ -736,7 +766,7 @@ def qu_brats_regions_core(
     ignore_unclaimed_labels: bool = False,
     warn: bool = True,
 ) -> QUBraTSRegionsResult:
-    """:func:`qu_brats_regions`, whose warning of an ungraded map (:func:`warn_ungraded`) the caller may leave out.
+    """:func:`qu_brats_regions`, whose warning of an ungraded map (:func:`say_ungraded`) the caller may leave out.
 
     For a caller that rescaled the maps itself from the measure's own maximum (the evaluation's QU-BraTS columns),
     where a map nowhere above the first positive threshold is a confident map, not a scale slip; in earlier versions
@@ -754,7 +784,7 @@ def qu_brats_regions_core(
         max_uncertainty: as :func:`qu_brats_regions`.
         grid: as :func:`qu_brats_regions`.
         ignore_unclaimed_labels: as :func:`qu_brats_regions`.
-        warn: give :func:`warn_ungraded`'s warning (``True``), once for the call, or not.
+        warn: give :func:`say_ungraded`'s warning (``True``), once for the call, or not.
 
     Returns:
         A :class:`QUBraTSRegionsResult`.
@@ -802,13 +832,17 @@ def qu_brats_regions_core(
         return out
 
     pm, tm = masks(pred, "pred"), masks(target, "target")
-    results, ungraded = {}, []
-    for n in names:
-        results[n], flat = score_region(maps[n], pm[n], tm[n], brain_mask, num_points, max_uncertainty, grid)
-        if flat:
-            ungraded.append(n)
-    if warn and ungraded:  # once for the call, naming the regions (in earlier versions once per region)
-        warn_ungraded(results[names[0]].thresholds, max_u, f"regions {ungraded}")
+
+    def score_all() -> dict[str, QUBraTSResult]:
+        results = {}
+        for j, n in enumerate(names):
+            results[n], flat = score_region(maps[n], pm[n], tm[n], brain_mask, num_points, max_uncertainty, grid)
+            if warn and flat:
+                say_ungraded(results[n].thresholds, max_u, j, n)
+        return results
+
+    # said once for the call, naming the ungraded regions (in earlier versions once per region), at the user's line
+    results = said_once_per_call(score_all)
     mean = {c: float(np.mean([getattr(r, c) for r in results.values()])) for c in QU_BRATS_COMPONENTS}
     return QUBraTSRegionsResult(regions=results, **mean)
 

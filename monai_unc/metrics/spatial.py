@@ -77,6 +77,7 @@ from .._utils import (
     holds_non_real,
     like_input,
     num_threads,
+    once_per_call,
     per_axis_mm,
     real_number,
     say_warning,
@@ -679,6 +680,7 @@ def _space_case(u: Array, p: Array, t: Array, spacing: tuple, sigma: tuple, trun
 # --------------------------------------------------------------------------------------------------------
 
 
+@once_per_call
 def boundary_uncertainty_concentration(
     uncertainty: ArrayLike,
     pred: ArrayLike,
@@ -709,7 +711,8 @@ def boundary_uncertainty_concentration(
     Returns:
         one value per case ``(B,)`` float64, ``(1,)`` for an unbatched map (numpy, or torch on the input's
         device). NaN with a ``UserWarning`` when ``pred`` has no boundary, the default width is infinite (empty
-        target), ``R`` covers the whole volume, or the uncertainty is zero everywhere.
+        target), ``R`` covers the whole volume, or the uncertainty is zero everywhere (each warning once for the
+        call, naming how many cases, at the caller's line).
 
     Raises:
         ValueError: negative or non-finite uncertainty, shapes that do not match, bad spacing or width.
@@ -736,6 +739,7 @@ def boundary_uncertainty_concentration(
     return _finish(vals, uncertainty)
 
 
+@once_per_call
 def boundary_aware_ece(
     uncertainty: ArrayLike,
     pred: ArrayLike,
@@ -781,7 +785,8 @@ def boundary_aware_ece(
         where ``bands`` maps ``"edges"`` (K + 1 band edges, mm), ``"distance"`` (mean distance, mm),
         ``"uncertainty"`` (mean uncertainty), ``"error"`` (error rate), ``"weight"`` (0 for empty bands) and
         ``"count"`` to arrays of shape ``(B, K)``; empty bands hold NaN means. NaN with a ``UserWarning`` when
-        ``target`` has no boundary, or for a constant map with ``normalize``.
+        ``target`` has no boundary, or for a constant map with ``normalize`` (each warning once for the call, naming
+        how many cases, at the caller's line).
 
     Example:
         >>> from monai_unc.metrics import boundary_aware_ece
@@ -817,6 +822,7 @@ def boundary_aware_ece(
     return value, bands
 
 
+@once_per_call
 def spatial_calibration_error(
     uncertainty: ArrayLike,
     pred: ArrayLike,
