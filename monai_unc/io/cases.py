@@ -60,6 +60,7 @@ from .._digest import content_digest
 from .._utils import (
     affine_voxel_volume,
     canonical_text,
+    check_bool,
     check_probabilities,
     check_unit_interval,
     foreground_masks,
@@ -531,11 +532,26 @@ def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto",
         ...     [(c.case_id, [p.name for p in c.channels]) for c in list_image_cases(d)]
         [('a', ['a_0000.nii.gz', 'a_0001.nii.gz']), ('b', ['b_0000.nii.gz', 'b_0001.nii.gz'])]
     """
+    said: list[str] = []
+    try:
+        return _image_cases(folder, channel_suffix, series_channels, said)
+    finally:  # said before an error too (a folder of nested series folders only: why it holds no case)
+        for line in said:
+            warnings.warn(line, UserWarning, stacklevel=2)
+
+
+def _image_cases(folder: str | os.PathLike, channel_suffix: str, series_channels: int,
+                 said: list[str]) -> list[ImageCase]:
+    """:func:`list_image_cases` without its warnings: its ``UserWarning`` lines are appended to ``said``.
+
+    For :func:`_folder_channels`, whose folder's warnings are said where its cases are listed (in earlier versions it
+    ignored every warning of the listing inside ``warnings.catch_warnings()``, a process-wide filter).
+    """
     if channel_suffix not in ("auto", "none"):
         raise ValueError(f"channel_suffix must be 'auto' or 'none', got {channel_suffix!r}")
     files = list_files(folder, "", VOLUME_EXTENSIONS)
     # DICOM input: one series folder per case (read by read_volume); beside volume files, each is a case too
-    series = [p for p in dicom_series_folders(folder) if split_extension(p.name, VOLUME_EXTENSIONS) is None]
+    series = [p for p in _series_folders(folder, said) if split_extension(p.name, VOLUME_EXTENSIONS) is None]
     # a NIfTI pair / Analyze file (<case>.hdr, its voxels in <case>.img) is a case too, read as MONAI reads it (with
     # itk only) or failing with the reason: it was left out without a word (found by hostile testing)
     pairs = list_files(folder, "", (PAIR_HEADER_EXTENSION,))
@@ -589,8 +605,7 @@ def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto",
         else:
             out.append(ImageCase(cid, chans))
     if left_out:
-        warnings.warn(f"{folder}: NIfTI pair / Analyze header(s) not read as cases: {'; '.join(left_out)}",
-                      UserWarning, stacklevel=2)
+        said.append(f"{folder}: NIfTI pair / Analyze header(s) not read as cases: {'; '.join(left_out)}")
     out.sort(key=lambda c: c.case_id)
     counts: dict[int, ImageCase] = {}
     for c in out:
@@ -820,6 +835,16 @@ def dicom_series_folders(folder: str | os.PathLike) -> list[Path]:
         ...     [p.name for p in dicom_series_folders(d)]
         ['case1']
     """
+    said: list[str] = []
+    try:
+        return _series_folders(folder, said)
+    finally:
+        for line in said:
+            warnings.warn(line, UserWarning, stacklevel=2)
+
+
+def _series_folders(folder: str | os.PathLike, said: list[str]) -> list[Path]:
+    """:func:`dicom_series_folders` without its warning: its ``UserWarning`` line is appended to ``said``."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
@@ -833,10 +858,9 @@ def dicom_series_folders(folder: str | os.PathLike) -> list[Path]:
                 nested.append(f"{p.name}/ (holding {', '.join(inner[:2])}"
                               f"{', ...' if len(inner) > 2 else ''})")
     if nested:
-        warnings.warn(f"{folder}: {len(nested)} folder(s) hold no file but folders of files, left out: "
-                      f"{'; '.join(nested[:3])}{'; ...' if len(nested) > 3 else ''}; a case's series folder holds its "
-                      "slices itself (<images>/<case>/<slices>): move the series' files up into the case folder",
-                      UserWarning, stacklevel=2)
+        said.append(f"{folder}: {len(nested)} folder(s) hold no file but folders of files, left out: "
+                    f"{'; '.join(nested[:3])}{'; ...' if len(nested) > 3 else ''}; a case's series folder holds its "
+                    "slices itself (<images>/<case>/<slices>): move the series' files up into the case folder")
     for p in out:  # the folder's name is the case id
         check_utf8_name(p)
     return out
@@ -1258,10 +1282,9 @@ def _folder_channels(folder: Path, pairs: bool) -> dict[str, tuple[str, ...]]:
         return got
     out: dict[str, tuple[str, ...]] = {}
     if pairs:
-        with warnings.catch_warnings():  # the folder's listing warns (headers left out) where it lists the cases
-            warnings.simplefilter("ignore")
-            for c in list_image_cases(folder):
-                out.setdefault(c.channels[0].name, tuple(p.name for p in c.channels))
+        # the folder's listing says its warnings (headers left out) where it lists the cases, not here
+        for c in _image_cases(folder, "auto", 1, []):
+            out.setdefault(c.channels[0].name, tuple(p.name for p in c.channels))
     else:
         files = list_files(folder, "", VOLUME_EXTENSIONS)
         groups = _channel_groups(files)
@@ -1428,6 +1451,7 @@ def match_cases(
     allow_missing_labels: bool = False,
     missing_hint: str | None = "use --allow-missing to skip them",
     regions: Sequence[str] | None = None,
+    say_missing: bool = True,
 ) -> list[CaseFiles]:
     """Match labels with predictions, probabilities and uncertainty maps by case id.
 
@@ -1459,13 +1483,17 @@ def match_cases(
             written one file per region (``<case>_<measure>_<region>.<ext>``, as nnU-Net's export writes those of 2D
             images) are then read too, as a tuple of the files in this order (:attr:`CaseFiles.maps`). None: only
             ``<case>_<measure>`` files (per-region files found are named in a ``UserWarning``).
+        say_missing: with ``allow_missing``, the ``UserWarning`` listing the labelled cases skipped (default);
+            False: they are skipped without it, for a caller that takes some of the cases only and checks those
+            itself (``dicom-export``'s part of a run, the others being other runs' cases), so that it filters no
+            warning by its text.
 
     Returns:
         One :class:`CaseFiles` per matched case, sorted by case id.
 
     Raises:
         ValueError: an unknown ``layout`` or measure.
-        TypeError: ``regions`` is a string or holds something else than names.
+        TypeError: ``regions`` is a string or holds something else than names, or ``say_missing`` is no bool.
         FileNotFoundError: a folder does not exist.
         CaseError: no label, a measure without maps, a case with per-region maps of some regions only or with both a
             ``<case>_<measure>`` file and per-region files of one measure (ambiguous), an explicit ``seg_suffix`` /
@@ -1488,6 +1516,7 @@ def match_cases(
         raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
     if regions is not None and (isinstance(regions, (str, bytes)) or not all(isinstance(r, str) for r in regions)):
         raise TypeError(f"regions must be a list of region names, got {regions!r:.80}")
+    say_missing = check_bool(say_missing, "say_missing")
     lay = LAYOUTS[layout]
     given_suffixes = {"--seg-suffix": seg_suffix, "--probs-suffix": probs_suffix}  # None: the layout's
     seg_suffix = lay["seg_suffix"] if seg_suffix is None else seg_suffix
@@ -1630,7 +1659,7 @@ def match_cases(
             f"{case_id_hint(first, set(label_files) - {c.case_id for c in cases}, 'the labels')}; add their labels, "
             "or pass --allow-missing-labels to evaluate only the labelled cases"
         )
-    if problems:
+    if problems and say_missing:
         warnings.warn(f"{len(problems)} of {len(label_files)} labelled case(s) skipped for lack of files "
                       f"(allow_missing): {_describe(problems)}", UserWarning, stacklevel=2)
     if extra:

@@ -773,9 +773,9 @@ def _region_quality(output: Mapping[str, Any], empty_score: float, soft_only: bo
         which = "per_class" if name == "expected_dice" and not soft_only else "foreground"
         cols = torch.stack([to_tensor(getattr(res[name], which), name).reshape(-1).to(torch.float64)
                             for res in per_region], dim=1)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            combined = torch.nanmean(cols, dim=1)
+        # a row NaN in every region gives NaN without a warning (torch's nanmean warns nothing: in earlier versions a
+        # process-wide filter ignored a RuntimeWarning here that never came)
+        combined = torch.nanmean(cols, dim=1)
         out[name] = QualityScores(like_input(combined, output[K.PRED.value]), like_input(cols, output[K.PRED.value]))
     return out
 

@@ -146,7 +146,7 @@ _UNREAD_REGION_MAP = "it looks like one region's uncertainty map"
 #: seconds a part of a run waits for another process's short hold of the export folder (:func:`part_lock`, the
 #: manifest's update) before it is refused
 _PART_WAIT = 10.0
-#: the registry of the warnings other than UserWarnings that matching the cases to export raised, issued again as
+#: the registry of the warnings that matching the cases to export raised (but the unread region maps'), issued again as
 #: raised (:func:`~monai_unc._utils.reemit_warning`: once per location under the default action, filters naming
 #: their module apply)
 _MATCHING_WARNINGS: dict[Any, Any] = {}
@@ -1494,8 +1494,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                                          "their segments are named after the regions "
                                          f"({', '.join(region_names)[:200]})"), "class_names")
     try:
-        with warnings.catch_warnings(record=True) as caught:  # the cases left out are those of other runs
-            # (``cases``): no warning
+        with warnings.catch_warnings(record=True) as caught:  # recorded: the unread region maps said in its words
             warnings.simplefilter("always", UserWarning)
             # found by hostile testing: the error of a case without a map suggested --allow-missing, which
             # dicom-export does not have
@@ -1503,6 +1502,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             # prediction writes nothing, failed with "no segmentation found"; it only updates the manifest
             found = [] if no_case else match_cases(
                 pred, pred, layout=layout, label_suffix=seg_suffix, measures=measures, allow_missing=cases is not None,
+                # the cases left out are those of other runs (``cases``), checked below: not said (in earlier versions
+                # every UserWarning of the matching was dropped for it, whatever it said)
+                say_missing=False,
                 missing_hint="every case exported needs each map: name with --measures maps that every case has, or "
                              "export such cases apart", regions=region_names)
     except CaseError as e:
@@ -1517,7 +1519,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                           "region (<case>_<measure>_<region>), but the prediction folder records no region of that "
                           "name (infer.json's regions; the dataset.json or uncertainty_config.json beside nnU-Net's "
                           "predictions): the cases are exported without these maps", UserWarning, stacklevel=2)
-        elif not issubclass(w.category, UserWarning):
+        else:
             reemit_warning(w, _MATCHING_WARNINGS)
     if cases is not None:  # the run's cases only: a removed input's outputs are left alone, not exported
         wanted = {str(c) for c in cases}
