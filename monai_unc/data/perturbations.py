@@ -27,12 +27,14 @@ larger severity scale the same draw, so severity is monotone for a fixed seed.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
+from monai.data import MetaTensor
 from monai.transforms import AdjustContrast, GaussianSmooth, RandBiasField, Resize
 from scipy.ndimage import gaussian_filter
 
@@ -74,7 +76,9 @@ def perturb(image: ArrayLike, kind: str, severity: float, seed: int = 0) -> Arra
         seed: seed of the random parts; a fixed seed and a larger severity scale the same draw.
 
     Returns:
-        The perturbed image, same shape, library, device and float dtype as ``image`` (float32 for integer input).
+        The perturbed image, same shape, library, device and float dtype as ``image`` (float32 for integer input); a
+        MONAI ``MetaTensor`` (what ``LoadImage`` returns) gives a ``MetaTensor`` with a copy of its meta data (affine
+        included): the voxels change, never their place in space.
 
     Raises:
         ValueError: unknown ``kind``, ``severity`` outside [0, 5], non-finite or empty ``image``, wrong shape, a
@@ -113,6 +117,9 @@ def perturb(image: ArrayLike, kind: str, severity: float, seed: int = 0) -> Arra
         x32 = x.detach().to(torch.float32)
         check_finite(x32, "image")  # float64 values beyond the float32 range
         y = _apply(x32.cpu(), kind, s, np.random.default_rng(seed)).to(device=x.device, dtype=out_dtype)
+    if isinstance(image, MetaTensor):  # found by hostile testing: a plain tensor, the image's affine dropped
+        return MetaTensor(y, meta=copy.deepcopy(image.meta),
+                          applied_operations=copy.deepcopy(image.applied_operations))
     return y.numpy() if isinstance(image, np.ndarray) else y
 
 
@@ -248,7 +255,8 @@ def fixed_perturbation(image: np.ndarray, kind: str, value: float, rng: np.rando
         The perturbed image ``(X, Y, Z)`` float32, clipped to [0, 1].
 
     Raises:
-        ValueError: an unknown ``kind``; an ``image`` that is not a finite ``(X, Y, Z)`` array; a ``value`` that is not
+        ValueError: an unknown ``kind``; an ``image`` that is not a finite ``(X, Y, Z)`` array with intensities in
+            [0, 1]; a ``value`` that is not
             a finite number, or out of its kind's range (negative for ``noise`` and ``blur``, not positive for
             ``gamma`` and ``gamma_noise``, not an integer >= 1 for ``lowres``).
         TypeError: ``rng`` is not a :class:`numpy.random.Generator`.
@@ -264,6 +272,10 @@ def fixed_perturbation(image: np.ndarray, kind: str, value: float, rng: np.rando
     if x is None or x.ndim != 3 or x.size == 0 or not np.isfinite(x).all():
         got = f"shape {image.shape}" if isinstance(image, np.ndarray) else type(image).__name__
         raise ValueError(f"image must be a finite, non-empty (X, Y, Z) numpy array, got {got}")
+    lo, hi = float(x.min()), float(x.max())
+    if lo < 0.0 or hi > 1.0:  # found by hostile testing: x ** 0.5 of a negative voxel was NaN (numpy's warning
+        # only), and values above 1 were clipped to 1 by every kind
+        raise ValueError(f"image must hold intensities in [0, 1] (normalize it first), got [{lo:g}, {hi:g}]")
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
