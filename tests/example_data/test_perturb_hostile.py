@@ -187,3 +187,26 @@ def test_fixed_perturbation_refuses_intensities_outside_0_1(kind):
     edge = image()[0]
     edge[0, 0, 0], edge[0, 0, 1] = 0.0, 1.0  # the ends of the range are accepted
     assert np.isfinite(fixed_perturbation(edge, kind, value, np.random.default_rng(0))).all()
+
+
+
+@pytest.mark.parametrize("shape", [(1, 12, 12, 1), (1, 1, 12, 12), (2, 12, 1, 10), (1, 12, 1), (2, 1, 1, 9),
+                                   (1, 1, 1, 1)])
+def test_blur_of_a_volume_with_single_voxel_axes_keeps_its_intensity(shape):
+    """Regression: ``blur`` smoothed along an axis of length 1 too (a single slice stored as ``(X, Y, 1)``, as
+    NIfTI holds 2D images), where MONAI's zero padding leaves only the kernel's centre weight: a constant image of
+    0.8 came back at about 0.16 everywhere (sigma 2), an intensity drop rather than a blur. Such axes are now left
+    alone: the volume is blurred as the image without them is."""
+    x = np.full(shape, 0.8, np.float32)
+    middle = tuple(n // 2 for n in shape[1:])
+    x[(slice(None), *middle)] = 1.0  # one bright voxel
+    y = perturb(x, "blur", 5.0, seed=0)  # sigma 2 voxels
+    assert y.shape == x.shape and y.dtype == x.dtype
+    flat = [n for n in shape[1:] if n > 1]
+    if not flat:  # nothing to blur along
+        np.testing.assert_array_equal(y, x)
+        return
+    assert 0.7 < float(y[(0, *middle)]) < 1.0  # blurred, not darkened (zero padding on the other axes: < 0.8)
+    if len(flat) == 2:  # the same as the 2D image without the axis of length 1
+        np.testing.assert_allclose(y, perturb(x.reshape(shape[0], *flat), "blur", 5.0, seed=0).reshape(shape),
+                                   atol=1e-6)
