@@ -16,7 +16,8 @@ kind            transform at severity ``s``                                 trai
                 ``[-0.1 s, 0.1 s]``: multiplicative ``exp(field)``           [0, 0.3]
 ``contrast``    MONAI ``AdjustContrast`` with gamma ``1 + 0.15 s`` or its     gamma in [0.7, 1.5]
                 inverse (chosen by ``seed``)
-``blur``        MONAI ``GaussianSmooth``, sigma ``0.4 s`` voxels               sigma up to 1 voxel
+``blur``        MONAI ``GaussianSmooth``, sigma ``0.4 s`` voxels (along the    sigma up to 1 voxel
+                axes of more than one voxel)
 ``resolution``  downsample by ``1 + 0.3 s`` per axis (area), back to the      none
                 original grid (linear interpolation)
 ==============  ==========================================================  =======================
@@ -27,12 +28,14 @@ larger severity scale the same draw, so severity is monotone for a fixed seed.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
+from monai.data import MetaTensor
 from monai.transforms import AdjustContrast, GaussianSmooth, RandBiasField, Resize
 from scipy.ndimage import gaussian_filter
 
@@ -74,7 +77,9 @@ def perturb(image: ArrayLike, kind: str, severity: float, seed: int = 0) -> Arra
         seed: seed of the random parts; a fixed seed and a larger severity scale the same draw.
 
     Returns:
-        The perturbed image, same shape, library, device and float dtype as ``image`` (float32 for integer input).
+        The perturbed image, same shape, library, device and float dtype as ``image`` (float32 for integer input); a
+        MONAI ``MetaTensor`` (what ``LoadImage`` returns) gives a ``MetaTensor`` with a copy of its meta data (affine
+        included): the voxels change, never their place in space.
 
     Raises:
         ValueError: unknown ``kind``, ``severity`` outside [0, 5], non-finite or empty ``image``, wrong shape, a
@@ -113,6 +118,9 @@ def perturb(image: ArrayLike, kind: str, severity: float, seed: int = 0) -> Arra
         x32 = x.detach().to(torch.float32)
         check_finite(x32, "image")  # float64 values beyond the float32 range
         y = _apply(x32.cpu(), kind, s, np.random.default_rng(seed)).to(device=x.device, dtype=out_dtype)
+    if isinstance(image, MetaTensor):  # found by hostile testing: a plain tensor, the image's affine dropped
+        return MetaTensor(y, meta=copy.deepcopy(image.meta),
+                          applied_operations=copy.deepcopy(image.applied_operations))
     return y.numpy() if isinstance(image, np.ndarray) else y
 
 
@@ -132,7 +140,13 @@ def _apply(x: torch.Tensor, kind: str, s: float, rng: np.random.Generator) -> to
             gamma = 1.0 / gamma
         return _plain(AdjustContrast(gamma=gamma)(x))
     if kind == "blur":
-        return _plain(GaussianSmooth(sigma=0.4 * s)(x))
+        # along the axes of more than one voxel only: along an axis of length 1 (a single slice stored as (X, Y, 1))
+        # MONAI's zero padding leaves the kernel's centre weight, an intensity drop (0.8 became 0.16 at sigma 2; found
+        # by hostile testing)
+        axes = [n for n in spatial if n > 1]
+        if not axes:
+            return x.clone()
+        return _plain(GaussianSmooth(sigma=0.4 * s)(x.reshape(x.shape[0], *axes))).reshape(x.shape)
     # resolution: average into larger voxels, then interpolate back onto the original grid
     factor = 1.0 + 0.3 * s
     low = [max(1, round(n / factor)) for n in spatial]
@@ -248,7 +262,8 @@ def fixed_perturbation(image: np.ndarray, kind: str, value: float, rng: np.rando
         The perturbed image ``(X, Y, Z)`` float32, clipped to [0, 1].
 
     Raises:
-        ValueError: an unknown ``kind``; an ``image`` that is not a finite ``(X, Y, Z)`` array; a ``value`` that is not
+        ValueError: an unknown ``kind``; an ``image`` that is not a finite ``(X, Y, Z)`` array with intensities in
+            [0, 1]; a ``value`` that is not
             a finite number, or out of its kind's range (negative for ``noise`` and ``blur``, not positive for
             ``gamma`` and ``gamma_noise``, not an integer >= 1 for ``lowres``).
         TypeError: ``rng`` is not a :class:`numpy.random.Generator`.
@@ -264,6 +279,10 @@ def fixed_perturbation(image: np.ndarray, kind: str, value: float, rng: np.rando
     if x is None or x.ndim != 3 or x.size == 0 or not np.isfinite(x).all():
         got = f"shape {image.shape}" if isinstance(image, np.ndarray) else type(image).__name__
         raise ValueError(f"image must be a finite, non-empty (X, Y, Z) numpy array, got {got}")
+    lo, hi = float(x.min()), float(x.max())
+    if lo < 0.0 or hi > 1.0:  # found by hostile testing: x ** 0.5 of a negative voxel was NaN (numpy's warning
+        # only), and values above 1 were clipped to 1 by every kind
+        raise ValueError(f"image must hold intensities in [0, 1] (normalize it first), got [{lo:g}, {hi:g}]")
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from monai.data import MetaTensor
 
 from monai_unc.data.perturbations import FIXED_PERTURBATIONS, PERTURBATIONS, fixed_perturbation, perturb
 
@@ -151,3 +152,61 @@ def test_lowres_keeps_every_kept_slice_in_place(n, step):
     np.testing.assert_allclose(y[:, :, kept], x[:, :, kept], atol=1e-6)
     np.testing.assert_allclose(y[0, :, : kept[-1] + 1], x[0, :, : kept[-1] + 1], atol=1e-6)
     np.testing.assert_allclose(y[:, :, kept[-1]:], np.repeat(x[:, :, kept[-1:]], n - kept[-1], axis=2), atol=1e-6)
+
+
+# ------------------------------------------------------------------------- geometry and documented input range
+
+
+@pytest.mark.parametrize("severity", [0.0, 2.0])
+@pytest.mark.parametrize("kind", PERTURBATIONS)
+def test_a_metatensor_keeps_its_affine_and_meta(kind, severity):
+    """Regression: a MONAI MetaTensor (what ``LoadImage`` returns) came back as a plain tensor, its affine dropped,
+    so an image saved from it (``SaveImage``) had the identity geometry instead of the input's oblique one."""
+    affine = torch.tensor([[0.0, 1.2, 0.0, 10.0], [0.76, 0.0, -0.89, -20.0], [0.24, 0.0, 2.87, 30.0],
+                           [0.0, 0.0, 0.0, 1.0]], dtype=torch.float64)
+    x = MetaTensor(torch.from_numpy(image()), affine=affine, meta={"filename_or_obj": "case.nii.gz"})
+    y = perturb(x, kind, severity, seed=1)
+    assert isinstance(y, MetaTensor) and y.shape == x.shape and y.dtype == x.dtype
+    torch.testing.assert_close(y.affine, affine, rtol=0.0, atol=0.0)
+    assert y.meta["filename_or_obj"] == "case.nii.gz"
+    np.testing.assert_array_equal(y.as_tensor().numpy(), perturb(image(), kind, severity, seed=1))
+    y.affine[0, 3] = 99.0  # the output's meta is its own
+    assert float(x.affine[0, 3]) == 10.0
+
+
+@pytest.mark.parametrize("kind", FIXED_PERTURBATIONS)
+def test_fixed_perturbation_refuses_intensities_outside_0_1(kind):
+    """Regression: a negative intensity (an image not normalized to [0, 1] as documented) gave NaN voxels under
+    ``gamma`` / ``gamma_noise`` (``x ** 0.5``) with only numpy's RuntimeWarning, and values above 1 were silently
+    clipped by every kind; the image is now refused by name."""
+    value = {"identity": 0.0, "gamma_noise": 0.5, "noise": 0.05, "gamma": 0.7, "bias": 0.5, "blur": 1.0,
+             "lowres": 2}[kind]
+    for bad in (image()[0] - 0.5, image()[0] * 2.0):
+        with pytest.raises(ValueError, match=r"image must hold intensities in \[0, 1\]"):
+            fixed_perturbation(bad, kind, value, np.random.default_rng(0))
+    edge = image()[0]
+    edge[0, 0, 0], edge[0, 0, 1] = 0.0, 1.0  # the ends of the range are accepted
+    assert np.isfinite(fixed_perturbation(edge, kind, value, np.random.default_rng(0))).all()
+
+
+
+@pytest.mark.parametrize("shape", [(1, 12, 12, 1), (1, 1, 12, 12), (2, 12, 1, 10), (1, 12, 1), (2, 1, 1, 9),
+                                   (1, 1, 1, 1)])
+def test_blur_of_a_volume_with_single_voxel_axes_keeps_its_intensity(shape):
+    """Regression: ``blur`` smoothed along an axis of length 1 too (a single slice stored as ``(X, Y, 1)``, as
+    NIfTI holds 2D images), where MONAI's zero padding leaves only the kernel's centre weight: a constant image of
+    0.8 came back at about 0.16 everywhere (sigma 2), an intensity drop rather than a blur. Such axes are now left
+    alone: the volume is blurred as the image without them is."""
+    x = np.full(shape, 0.8, np.float32)
+    middle = tuple(n // 2 for n in shape[1:])
+    x[(slice(None), *middle)] = 1.0  # one bright voxel
+    y = perturb(x, "blur", 5.0, seed=0)  # sigma 2 voxels
+    assert y.shape == x.shape and y.dtype == x.dtype
+    flat = [n for n in shape[1:] if n > 1]
+    if not flat:  # nothing to blur along
+        np.testing.assert_array_equal(y, x)
+        return
+    assert 0.7 < float(y[(0, *middle)]) < 1.0  # blurred, not darkened (zero padding on the other axes: < 0.8)
+    if len(flat) == 2:  # the same as the 2D image without the axis of length 1
+        np.testing.assert_allclose(y, perturb(x.reshape(shape[0], *flat), "blur", 5.0, seed=0).reshape(shape),
+                                   atol=1e-6)
