@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from monai_unc.losses import SVLSLoss, svls_kernel, svls_targets_separable
+from monai_unc.losses import (
+    SVLSLoss,
+    check_finite_loss,
+    check_target,
+    prepare_target,
+    svls_kernel,
+    svls_targets_separable,
+)
 
 
 def _reference_kernel(dims: int, k: int, sigma: float, steps: list[float]) -> np.ndarray:
@@ -67,3 +74,30 @@ def test_a_zero_d_numpy_spacing_is_one_number_like_a_zero_d_tensor(spacing):
 def test_a_zero_d_numpy_spacing_of_no_real_number_is_refused(spacing):
     with pytest.raises(TypeError, match="spacing must be"):
         svls_kernel(2, spacing=spacing)
+
+
+@pytest.mark.parametrize("flag", ["to_onehot_y", "binary"])
+@pytest.mark.parametrize("value", ["no", 1, 0, None])
+def test_check_and_prepare_target_refuse_a_flag_that_is_no_bool(flag, value):
+    # a truthy string ("no") or 1 was taken as True: a label map went through check_target(..., to_onehot_y="no")
+    z = torch.randn(1, 2, 3)
+    y = torch.tensor([[[0, 1, 1]]])
+    args = {"to_onehot_y": True, "binary": False, flag: value}
+    for fn in (check_target, prepare_target):
+        with pytest.raises(TypeError, match=f"{flag} must be True or False"):
+            fn(z, y, **args)
+
+
+def test_prepare_target_one_hot_of_a_label_map():
+    z = torch.randn(1, 3, 4)
+    y = torch.tensor([[[0, 2, 1, 2]]])
+    ref = np.zeros((1, 3, 4))
+    for v, label in enumerate([0, 2, 1, 2]):
+        ref[0, label, v] = 1.0
+    np.testing.assert_array_equal(prepare_target(z, y, to_onehot_y=True, binary=np.False_)[1].numpy(), ref)
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_check_finite_loss_refuses_a_unit_target_that_is_no_bool(value):
+    with pytest.raises(TypeError, match="unit_target must be True or False"):
+        check_finite_loss(torch.tensor(1.0), torch.zeros(1), torch.zeros(1), unit_target=value)
