@@ -106,10 +106,15 @@ def spacing_steps(spacing: object, dims: int) -> list[float]:
 
 
 def _plain_spacing(spacing: object) -> object:
-    """A real tensor's numbers as Python floats (MONAI's ``MetaTensor.pixdim`` is a tensor), anything else as it is."""
+    """A real tensor's or array's numbers as Python floats (MONAI's ``MetaTensor.pixdim`` is a tensor), else as it is.
+
+    A 0-d numpy array is one number, as a 0-d tensor is (it was refused: iterating it raises a TypeError).
+    """
     if isinstance(spacing, torch.Tensor) and not spacing.dtype.is_complex and spacing.dtype != torch.bool \
             and spacing.ndim <= 1:
         return spacing.detach().cpu().double().tolist()
+    if isinstance(spacing, np.ndarray) and spacing.ndim == 0 and spacing.dtype.kind in "iuf":
+        return float(spacing)
     return spacing
 
 

@@ -100,7 +100,7 @@ def check_target(
         ``(logits, target)`` as plain tensors.
 
     Raises:
-        TypeError: not tensors, or integer logits.
+        TypeError: not tensors, integer logits, or ``to_onehot_y`` / ``binary`` not a bool.
         ValueError: wrong shapes, empty logits, labels out of range or not integers.
 
     Example:
@@ -110,6 +110,9 @@ def check_target(
         ...
         ValueError: target labels must be in [0, 3), got [3, 3]
     """
+    # the flags as the loss classes check them: a truthy string ("no") or 1 was taken as True (hostile testing)
+    to_onehot_y = check_bool(to_onehot_y, "to_onehot_y")
+    binary = check_bool(binary, "binary")
     z = _plain(logits, "logits")
     t = _plain(target, "target")
     if not z.is_floating_point():
@@ -160,7 +163,7 @@ def prepare_target(
         mantissa: the losses compute such logits in float32).
 
     Raises:
-        TypeError: not tensors, or integer logits.
+        TypeError: not tensors, integer logits, or ``to_onehot_y`` / ``binary`` not a bool.
         ValueError: wrong shapes, empty logits, labels out of range.
 
     Example:
@@ -200,6 +203,7 @@ def check_finite_loss(
         ``value``.
 
     Raises:
+        TypeError: ``unit_target`` is not a bool.
         ValueError: ``value`` has a non-finite entry (naming the logits or the target when they have one too, else
             the largest logit), or (``unit_target``) the target has a value outside ``[0, 1]``.
 
@@ -213,6 +217,7 @@ def check_finite_loss(
         ...
         ValueError: target must be finite
     """
+    unit_target = check_bool(unit_target, "unit_target")
     ok = torch.isfinite(value).all()
     if unit_target and target is not None:
         ok = ok & ~outside_unit_interval(target)

@@ -105,6 +105,8 @@ def svls_kernel(
         The kernel, shape ``(kernel_size,) * spatial_dims``, non-negative, summing to 1, its centre ``0.5``.
 
     Raises:
+        TypeError: ``spatial_dims`` or ``kernel_size`` not an integer (a bool or a float), ``sigma`` or ``spacing``
+            not a number.
         ValueError: ``spatial_dims``, ``kernel_size``, ``sigma`` or ``spacing`` out of range, or a ``sigma`` so small
             against the spacing that the neighbours' Gaussian weights underflow (float64) to 0.
 
@@ -113,6 +115,9 @@ def svls_kernel(
         >>> round(float(k.sum()), 6), round(float(k[1, 1]), 6), k.shape
         (1.0, 0.5, torch.Size([3, 3]))
     """
+    # an integer, not a bool or a float: spatial_dims=2.0 raised an unnamed TypeError ("can't multiply sequence by
+    # non-int") and spatial_dims=True gave a 1-D kernel (True == 1), as kernel_size refuses them (hostile testing)
+    spatial_dims = int_option(spatial_dims, "spatial_dims", "1, 2 or 3")
     if spatial_dims not in (1, 2, 3):
         raise ValueError(f"spatial_dims must be 1, 2 or 3, got {spatial_dims}")
     kernel_size = int_option(kernel_size, "kernel_size", "an odd integer >= 3")
