@@ -200,6 +200,7 @@ OPTIONAL_DEPENDENCIES: dict[str, tuple[str, ...]] = {
 #: that only read and compute start without it
 MONAI_IN_CORE = ("monai_unc.metrics.ambiguity_metric", "monai_unc.metrics.calibration.metric",
                  "monai_unc.metrics.qu_brats_metric", "monai_unc.metrics.spatial_metric",
+                 "monai_unc.metrics.cumulative",
                  "monai_unc.losses.calibration")
 
 #: (module, forbidden call) -> why that module may write a file directly (a third-party API that forces it)

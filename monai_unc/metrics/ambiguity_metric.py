@@ -24,7 +24,6 @@ from .._utils import (
     check_same_cases,
     main_rank_warnings,
     reduce_case_values,
-    said_once_per_call,
     sync_case_buffers,
 )
 from .ambiguity import (
@@ -38,6 +37,7 @@ from .ambiguity import (
     ncc,
     rater_variance,
 )
+from .cumulative import counted_call
 
 __all__ = ["NCCMetric", "GEDMetric"]
 
@@ -79,10 +79,11 @@ class _CaseMetric(CumulativeIterationMetric):
 
         Warns:
             UserWarning: each distinct warning of an undefined case (e.g. a constant map for NCC) once for the call,
-                at the caller's line. In earlier versions it came once per case, at a line of this package.
+                at the caller's line. In earlier versions it came once per case, at a line of this package. Made an
+                error by a warnings filter, the call raises before the batch enters the buffer.
         """
         check_call_keywords(self, kwargs)
-        return said_once_per_call(super().__call__, y_pred, y)
+        return counted_call(self, y_pred, y)
 
     def _compute_list(self, y_pred: Any, y: Any = None, **kwargs: Any) -> Any:
         """MONAI's evaluation of decollated lists, refused when they hold different numbers of cases or none.

@@ -21,11 +21,11 @@ from .._utils import (
     exceeds,
     main_rank_warnings,
     reduce_case_values,
-    said_once_per_call,
     sync_case_buffers,
     to_tensor,
 )
 from ..regions import RegionSpec, label_to_regions, parse_regions
+from .cumulative import counted_call
 from .qu_brats_score import (
     QU_BRATS_COMPONENTS,
     binary_mask_of,
@@ -171,7 +171,8 @@ class QUBraTSMetric(CumulativeIterationMetric):
             UserWarning: once for the call, naming the regions (or channels) of the maps that are positive somewhere
                 but nowhere above the smallest positive threshold (:func:`qu_brats`' warning; not with
                 ``uncertainty_max``, whose maps the metric rescales itself). In earlier versions it came once per
-                case and region, at a line of MONAI's ``CumulativeIterationMetric``.
+                case and region, at a line of MONAI's ``CumulativeIterationMetric``. Made an error by a warnings
+                filter, the call raises before the batch enters the buffer.
         """
         check_call_keywords(self, kwargs)  # a mistyped brainmask= scored the whole volume without a word
         if uncertainty is None:
@@ -199,7 +200,7 @@ class QUBraTSMetric(CumulativeIterationMetric):
             packed = self._pack(y_pred, y, uncertainty, brain_mask)
         # the ungraded maps' warnings held and said once for the call, naming the regions, at the user's line, not
         # MONAI's (found by review 70: one warning per case and region, at a line of MONAI's CumulativeIterationMetric)
-        return said_once_per_call(super().__call__, packed, None, **kwargs)
+        return counted_call(self, packed, None, **kwargs)
 
     def _pack(self, y_pred: Any, y: Any, uncertainty: Any, brain_mask: Any, first: int = 0) -> torch.Tensor:
         p = _plain(to_tensor(y_pred, "y_pred"))

@@ -27,12 +27,12 @@ from .._utils import (
     main_rank_warnings,
     probability_tolerance,
     reduce_case_values,
-    said_once_per_call,
     stated_affine,
     sync_case_buffers,
     to_tensor,
 )
 from .boundary import check_backend_name
+from .cumulative import counted_call
 from .spatial import (
     SpacingLike,
     boundary_aware_ece,
@@ -244,14 +244,15 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
         Warns:
             UserWarning: each distinct warning of an undefined case (e.g. no boundary) once for the call, and an
                 uncertainty off the ``[0, 1]`` scale once naming the call's most extreme value, at the caller's line.
-                In earlier versions they came once per case (or item), at a line of this package.
+                In earlier versions they came once per case (or item), at a line of this package. Made an error by
+                a warnings filter, the call raises before the batch enters the buffer.
         """
         check_call_keywords(self, kwargs, allowed=("spacing",))  # a mistyped keyword was ignored without a word
         if uncertainty is not None:
             y_pred = _pack(uncertainty, y_pred)
         else:
             _check_packed(y_pred)
-        return said_once_per_call(super().__call__, y_pred, y, **kwargs)
+        return counted_call(self, y_pred, y, **kwargs)
 
     def _compute_list(self, y_pred: Any, y: Any = None, **kwargs: Any) -> torch.Tensor:  # type: ignore[override]
         """MONAI's evaluation of a decollated list, item by item, each item with its own row of a per-case spacing.

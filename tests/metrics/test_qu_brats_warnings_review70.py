@@ -96,12 +96,24 @@ def test_metric_values_unchanged_and_declared_scale_still_silent():
 
 
 def test_metric_warns_again_on_the_next_call_and_after_a_refused_one():
+    """A refused call drops the warnings it held: its case 0 is ungraded (held) and its case 1 then raises while
+    it is scored (an empty brain mask); the next, graded call says nothing (the held warning neither leaks into it
+    nor stays behind), and an ungraded call warns again."""
     batch = _batch()
     metric = QUBraTSMetric(regions="brats")
     _one_at_this_file(_caught(lambda: metric(**batch)))
-    bad = dict(batch, uncertainty=batch["uncertainty"] * 200)  # out of range: refused before any case is scored
-    with pytest.raises(ValueError, match="uncertainty"):
-        metric(**bad)
+    rows = len(metric.get_buffer())
+    graded = dict(batch, uncertainty=100 * batch["uncertainty"])
+    bad = {k: list(v) for k, v in batch.items()}
+    bad["uncertainty"][1] = graded["uncertainty"][1]
+    bad["brain_mask"] = [torch.ones(1, 6, 6, 6), torch.zeros(1, 6, 6, 6)]  # case 1: no brain voxel
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(ValueError, match="brain_mask has no voxel"):
+            metric(**bad)
+    assert caught == []  # the error is what the refused call says
+    assert len(metric.get_buffer()) == rows  # and it counts nothing
+    assert _caught(lambda: metric(**graded)) == []
     _one_at_this_file(_caught(lambda: metric(**batch)))
 
 

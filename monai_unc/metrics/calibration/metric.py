@@ -21,12 +21,12 @@ from ..._utils import (
     check_same_cases,
     distributed_world,
     main_rank_warnings,
-    said_once_per_call,
     say_warning,
     sync_case_buffers,
     user_stacklevel,
     warn_nan,
 )
+from ..cumulative import counted_call
 from .functional import CALIBRATION_METRICS, calibration_metrics_core, check_metric_names
 from .histogram import DEFAULT_FINE_BINS, ConfidenceHistogram
 
@@ -134,6 +134,8 @@ class CalibrationMetric(CumulativeIterationMetric):
         self.n_bins, self.min_bin_count, self.n_fine_bins = n_bins, min_bin_count, n_fine_bins
         self.reduction = reduction
         self._hist: ConfidenceHistogram | None = None
+        #: the histogram of the call being evaluated and its device, merged into ``_hist`` once its warnings are said
+        self._staged: tuple[ConfidenceHistogram, torch.device] | None = None
         self.histogram: ConfidenceHistogram | None = None
         self._device: torch.device | None = None  # of the inputs: where the buffers and the gathered tables live
         # the warning that n_bins does not divide the fine bins is said once per metric object (review 68: it came at
@@ -201,9 +203,17 @@ class CalibrationMetric(CumulativeIterationMetric):
             UserWarning: once for the call, at the caller's line: a discretised ``y_pred`` (only 0 and 1), and, once
                 per metric object, ``n_bins`` not dividing the fine bins. In earlier versions they came at a line of
                 MONAI's ``CumulativeIterationMetric`` (the discretised one once per item of a decollated list).
+                Made an error by a warnings filter, the call raises before the batch enters the buffer and the
+                pooled histogram.
         """
         check_call_keywords(self, kwargs)
-        out = said_once_per_call(super().__call__, y_pred, y)
+        self._staged = None
+        try:
+            # the call's histogram enters the pooled one with its rows, after its warnings are said: a warning made
+            # an error (warnings.simplefilter("error")) leaves both untouched (counted_call)
+            out = counted_call(self, y_pred, y, on_count=self._add_staged)
+        finally:
+            self._staged = None
         # said now that the call went through (a refused call's warning is dropped with it, and said next time)
         self._rounding_said = self._rounding_said or self.n_fine_bins % self.n_bins != 0
         return out
@@ -223,12 +233,12 @@ class CalibrationMetric(CumulativeIterationMetric):
         call = self._pooled_table(parts[0][0].num_classes)
         for batch, _ in parts:  # a layout that differs between the items is refused here, before self._hist changes
             call.merge(batch)
-        self._add(call, parts[-1][1].device)
+        self._stage(call, parts[-1][1].device)
         return torch.cat([rows for _, rows in parts], dim=0)
 
     def _compute_tensor(self, y_pred: torch.Tensor, y: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
         batch, rows = self._evaluate(y_pred, y)
-        self._add(batch, rows.device)
+        self._stage(batch, rows.device)
         return rows
 
     def _pooled_table(self, num_classes: int) -> ConfidenceHistogram:
@@ -262,8 +272,25 @@ class CalibrationMetric(CumulativeIterationMetric):
         rows = [torch.as_tensor(vals[k], dtype=torch.float64) for k in self.metrics]
         return batch, torch.stack(rows, dim=1).to(y_pred.device)
 
-    def _add(self, table: ConfidenceHistogram, device: torch.device) -> None:
-        """Merge the histogram of a call into the pooled one (a layout mismatch raises before anything changes)."""
+    def _stage(self, table: ConfidenceHistogram, device: torch.device) -> None:
+        """Keep the histogram of a call for :meth:`_add_staged`, once its warnings are said.
+
+        A layout that differs from the pooled one's is refused here, before anything changes (and before the warnings
+        are said).
+        """
+        if self._hist is not None:
+            layout, pooled = (table.num_classes, table.n_fine_bins), (self._hist.num_classes, self._hist.n_fine_bins)
+            if layout != pooled:
+                raise ValueError(f"cannot merge histograms with different layouts: (num_classes, n_fine_bins) "
+                                 f"{pooled} vs {layout}")
+        self._staged = (table, device)
+
+    def _add_staged(self) -> None:
+        """Merge the staged histogram of the call into the pooled one (run by :func:`counted_call`)."""
+        if self._staged is None:  # a subclass that evaluates without staging: nothing to add
+            return
+        table, device = self._staged
+        self._staged = None
         if self._hist is None:
             self._hist = self._pooled_table(table.num_classes)
         self._hist.merge(table)
