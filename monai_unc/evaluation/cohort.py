@@ -1182,6 +1182,15 @@ def config_from_summary(summary: Mapping[str, Any], rows: Sequence[Mapping[str, 
         >>> config.budget, config.n_bins
         (0.3, 10)
     """
+    return _summary_config(summary, rows, budget, overrides, say=True)
+
+
+def _summary_config(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], budget: float | None,
+                    overrides: Mapping[str, Any], say: bool) -> EvaluationConfig:
+    """:func:`config_from_summary`, whose warning ``say=False`` leaves out.
+
+    For a second configuration of the same summary, whose first said it (an empty recorded class name).
+    """
     known = {f.name for f in dataclasses.fields(EvaluationConfig)} - {"products"}
     recorded = summary.get("config") or {}
     if not isinstance(recorded, Mapping):
@@ -1199,8 +1208,9 @@ def config_from_summary(summary: Mapping[str, Any], rows: Sequence[Mapping[str, 
         # an evaluation written before empty names were refused (review 68) evaluated such a class into the column
         # dice_class: read it as the class named "class", of that column, so that the folder stays readable
         blank = [i for i, n in enumerate(names) if isinstance(n, str) and not n.strip()]
-        warnings.warn(f"summary.json records an empty class name (class_names{blank}): read as 'class', the name of "
-                      "its column dice_class (new evaluations refuse empty names)", UserWarning, stacklevel=2)
+        if say:
+            warnings.warn(f"summary.json records an empty class name (class_names{blank}): read as 'class', the name "
+                          "of its column dice_class (new evaluations refuse empty names)", UserWarning, stacklevel=3)
         options["class_names"] = ["class" if i in blank else n for i, n in enumerate(names)]
     try:
         cfg = EvaluationConfig(**options)
@@ -1271,7 +1281,9 @@ def resummarize(state: CohortState, saved: Mapping[str, Any], budget: float | No
     # Dice 1 in every case, which needs the cases' classes that the state does not keep, and those of fitting the
     # products whose blocks are kept, were missing from the page of `monai-unc report --budget`)
     changed = budget is not None or any(v is not None for k, v in overrides.items() if k not in bins)
-    recomputed = set((summarize(state, config_from_summary(saved, state.rows, **bins)) if changed
+    # the recorded options' configuration says nothing: the one above said the summary's warnings (found by review
+    # 70: an empty recorded class name was said twice with a budget or an override)
+    recomputed = set((summarize(state, _summary_config(saved, state.rows, None, bins, say=False)) if changed
                       else summary)["warnings"])
     shown = set(summary["warnings"])
     summary["warnings"] = list(summary["warnings"]) + [
