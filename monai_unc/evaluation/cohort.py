@@ -392,11 +392,6 @@ def _check_state_histogram(hist: ConfidenceHistogram, layout: tuple[int, int], i
                          "state?")
 
 
-#: the registry of the warnings other than UserWarnings that :func:`summarize` issues again (shown as the
-#: filters say: once per location under the default action, as where they were raised)
-_OTHER_WARNINGS: dict[Any, Any] = {}
-
-
 #: the text columns of an evaluation's rows (every other column holds numbers, or text in every row)
 TEXT_COLUMNS = ("case", "measure", "shift", "spacing")
 
@@ -1069,7 +1064,7 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
     for w in caught:  # listed below: the UserWarnings; the others are issued again as raised (found by review 70:
         # dropped before)
         if not issubclass(w.category, UserWarning):
-            reemit_warning(w, _OTHER_WARNINGS)
+            reemit_warning(w)
     msgs = sorted({str(w.message) for w in caught if issubclass(w.category, UserWarning)} | set(map(str, fit_warnings)))
     summary["warnings"] = sorted(set(state.warnings)) + [f"cohort: {m}" for m in msgs]
     return json_safe(summary)
