@@ -2256,17 +2256,24 @@ def main_rank_warnings() -> Iterator[None]:
         yield
 
 
-def reemit_warning(caught: warnings.WarningMessage, registry: dict[Any, Any]) -> None:
+def reemit_warning(caught: warnings.WarningMessage) -> None:
     """Issue a warning recorded by ``warnings.catch_warnings(record=True)`` again, as where it was raised.
 
-    The same message, category, file and line, and the module of that file (so that a filter naming the module, e.g.
-    ``-W "ignore::FutureWarning:monai"`` or the command line's own for the package's deprecations, applies as it did
-    to the original); ``registry`` keeps the once-per-location record of the filters' ``"default"`` action across
-    calls (give one dict per place that re-emits).
+    The same message, category, file and line, and the module of that file, so that a filter naming the module
+    applies as it did to the original: ``warnings.filterwarnings("ignore", category=FutureWarning, module="monai")``
+    (a regular expression matched at the start of the module's name: ``monai``'s submodules too), or
+    ``-W "ignore::FutureWarning:monai.utils.deprecate_utils"`` (the command line's filter names one module exactly).
+
+    Shown as the filters say, across calls: under the ``"default"`` action once per location (file, line, category
+    and text), under ``"module"`` once per file, under ``"once"`` once, as Python shows the original; ``"always"``,
+    ``"error"`` and ``"ignore"`` as Python does. Python's own record of the locations said cannot serve: the
+    ``catch_warnings`` block that recorded the warning clears every module's record when it is entered and left, so
+    a warning recorded in every case of a cohort was shown once per case (in earlier versions). The record is kept
+    while the filters stay the same (a change of the filters shows it again, as Python shows its own), for the
+    last 4096 locations.
 
     Args:
         caught: one recorded warning.
-        registry: the registry of the re-emitted warnings (a module-level dict of the caller).
 
     Example:
         >>> import warnings
@@ -2275,7 +2282,7 @@ def reemit_warning(caught: warnings.WarningMessage, registry: dict[Any, Any]) ->
         ...     warnings.warn("degenerate", RuntimeWarning)
         >>> with warnings.catch_warnings(record=True) as again:
         ...     warnings.simplefilter("always")
-        ...     reemit_warning(got[0], {})
+        ...     reemit_warning(got[0])
         >>> (str(again[0].message), again[0].category.__name__, again[0].lineno == got[0].lineno)
         ('degenerate', 'RuntimeWarning', True)
     """
@@ -2285,13 +2292,63 @@ def reemit_warning(caught: warnings.WarningMessage, registry: dict[Any, Any]) ->
                        if getattr(m, "__file__", None) == caught.filename), None)
         if module is not None:
             _MODULE_OF_FILE[caught.filename] = module
-    # module=None is not the default: no filter would match it (the default derives the name from the file's)
+    message = caught.message
+    category = type(message) if isinstance(message, Warning) else caught.category
+    text = str(message)
+    # the module a filter is matched against: as Python derives it when none is given (the file's name without .py)
+    matched = module if module is not None else caught.filename or "<unknown>"
+    if module is None and matched[-3:].lower() == ".py":
+        matched = matched[:-3]
+    filters = tuple(_active_filters())
+    action = _filter_action(filters, text, category, matched, caught.lineno)
+    if action in ("default", "module", "once"):
+        # Python's keys: (text, category, line) in the module's registry, (text, category, 0) there for "module",
+        # (text, category) in one registry for "once", whose record is cleared too
+        key = (None if action == "once" else caught.filename, caught.lineno if action == "default" else 0, category,
+               text)
+        with _SAID_LOCK:
+            if _SAID_UNDER[0] != filters:  # the filters changed: every location is said again, as Python's
+                _SAID.clear()
+                _SAID_UNDER[0] = filters
+            if key in _SAID:
+                return
+            _SAID[key] = None
+            if len(_SAID) > _SAID_LIMIT:
+                del _SAID[next(iter(_SAID))]
+    # module=None is not the default: no filter would match it (the default derives the name from the file's); no
+    # registry: the record above is this function's
     where = {} if module is None else {"module": module}
-    warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno, registry=registry, **where)
+    warnings.warn_explicit(message, category, caught.filename, caught.lineno, registry=None, **where)
+
+
+def _active_filters() -> list[Any]:
+    """The warning filters in effect (``warnings.filters``; those of the context where Python keeps them there)."""
+    get = getattr(warnings, "_get_filters", None)  # Python 3.14's context-aware warnings
+    return list(get() if callable(get) else warnings.filters)
+
+
+def _filter_action(filters: Sequence[Any], text: str, category: type[Warning], module: str, lineno: int) -> str:
+    """The action of the first of ``filters`` that matches a warning, else the default action.
+
+    Matched as Python matches them: the message's and the module's regular expressions from the start, the category
+    a subclass, the line 0 or equal.
+    """
+    for action, msg, cat, mod, ln in filters:
+        if ((msg is None or msg.match(text)) and issubclass(category, cat) and (mod is None or mod.match(module))
+                and (ln == 0 or ln == lineno)):
+            return str(action)
+    return str(warnings.defaultaction)
 
 
 #: file -> module name, for :func:`reemit_warning`
 _MODULE_OF_FILE: dict[str, str] = {}
+#: the warnings :func:`reemit_warning` has said under the ``"default"`` action (file, line, category, text), under
+#: ``"module"`` (line 0) or ``"once"`` (no file, line 0), in order, under the filters of ``_SAID_UNDER[0]``; at most
+#: ``_SAID_LIMIT`` (the oldest dropped first)
+_SAID: dict[tuple[str | None, int, type[Warning], str], None] = {}
+_SAID_UNDER: list[Any] = [None]
+_SAID_LIMIT = 4096
+_SAID_LOCK = threading.Lock()
 
 
 def _device_of_type(kind: str) -> torch.device:

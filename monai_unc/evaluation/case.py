@@ -56,11 +56,6 @@ __all__ = ["CaseResult", "class_dice", "derived_maps", "primary_measure", "load_
            "kept_task"]
 
 
-#: the registry of the warnings other than UserWarnings that :func:`evaluate_case` issues again (shown as the
-#: filters say: once per location under the default action, as where they were raised)
-_OTHER_WARNINGS: dict[Any, Any] = {}
-
-
 def _namer(task: TaskView) -> Callable[[str], str]:
     """The column of a metric for a task: ``<metric>`` for the class task, ``<metric>_<R>`` for region ``R``."""
     if task.name is None:
@@ -315,7 +310,7 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
     for w in caught:  # the UserWarnings are the case's (listed); the others (a user's case metric's, numpy's on the
         # case's arrays, a deprecation) are issued again as raised (found by review 70: dropped before)
         if not issubclass(w.category, UserWarning):
-            reemit_warning(w, _OTHER_WARNINGS)
+            reemit_warning(w)
     messages = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
     if not act.multilabel:
         return CaseResult(row, None if hists is None else hists[0], messages, states=states,

@@ -392,11 +392,6 @@ def _check_state_histogram(hist: ConfidenceHistogram, layout: tuple[int, int], i
                          "state?")
 
 
-#: the registry of the warnings other than UserWarnings that :func:`summarize` issues again (shown as the
-#: filters say: once per location under the default action, as where they were raised)
-_OTHER_WARNINGS: dict[Any, Any] = {}
-
-
 #: the text columns of an evaluation's rows (every other column holds numbers, or text in every row)
 TEXT_COLUMNS = ("case", "measure", "shift", "spacing")
 
@@ -1069,7 +1064,7 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
     for w in caught:  # listed below: the UserWarnings; the others are issued again as raised (found by review 70:
         # dropped before)
         if not issubclass(w.category, UserWarning):
-            reemit_warning(w, _OTHER_WARNINGS)
+            reemit_warning(w)
     msgs = sorted({str(w.message) for w in caught if issubclass(w.category, UserWarning)} | set(map(str, fit_warnings)))
     summary["warnings"] = sorted(set(state.warnings)) + [f"cohort: {m}" for m in msgs]
     return json_safe(summary)
@@ -1182,6 +1177,15 @@ def config_from_summary(summary: Mapping[str, Any], rows: Sequence[Mapping[str, 
         >>> config.budget, config.n_bins
         (0.3, 10)
     """
+    return _summary_config(summary, rows, budget, overrides, say=True)
+
+
+def _summary_config(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], budget: float | None,
+                    overrides: Mapping[str, Any], say: bool) -> EvaluationConfig:
+    """:func:`config_from_summary`, whose warning ``say=False`` leaves out.
+
+    For a second configuration of the same summary, whose first said it (an empty recorded class name).
+    """
     known = {f.name for f in dataclasses.fields(EvaluationConfig)} - {"products"}
     recorded = summary.get("config") or {}
     if not isinstance(recorded, Mapping):
@@ -1199,8 +1203,9 @@ def config_from_summary(summary: Mapping[str, Any], rows: Sequence[Mapping[str, 
         # an evaluation written before empty names were refused (review 68) evaluated such a class into the column
         # dice_class: read it as the class named "class", of that column, so that the folder stays readable
         blank = [i for i, n in enumerate(names) if isinstance(n, str) and not n.strip()]
-        warnings.warn(f"summary.json records an empty class name (class_names{blank}): read as 'class', the name of "
-                      "its column dice_class (new evaluations refuse empty names)", UserWarning, stacklevel=2)
+        if say:
+            warnings.warn(f"summary.json records an empty class name (class_names{blank}): read as 'class', the name "
+                          "of its column dice_class (new evaluations refuse empty names)", UserWarning, stacklevel=3)
         options["class_names"] = ["class" if i in blank else n for i, n in enumerate(names)]
     try:
         cfg = EvaluationConfig(**options)
@@ -1271,7 +1276,9 @@ def resummarize(state: CohortState, saved: Mapping[str, Any], budget: float | No
     # Dice 1 in every case, which needs the cases' classes that the state does not keep, and those of fitting the
     # products whose blocks are kept, were missing from the page of `monai-unc report --budget`)
     changed = budget is not None or any(v is not None for k, v in overrides.items() if k not in bins)
-    recomputed = set((summarize(state, config_from_summary(saved, state.rows, **bins)) if changed
+    # the recorded options' configuration says nothing: the one above said the summary's warnings (found by review
+    # 70: an empty recorded class name was said twice with a budget or an override)
+    recomputed = set((summarize(state, _summary_config(saved, state.rows, None, bins, say=False)) if changed
                       else summary)["warnings"])
     shown = set(summary["warnings"])
     summary["warnings"] = list(summary["warnings"]) + [

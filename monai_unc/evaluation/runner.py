@@ -102,18 +102,8 @@ def _load_recording(files: CaseFiles, config: EvaluationConfig) -> tuple[Any, li
         warnings.simplefilter("always")
         loaded = load_evaluation_case(files, config)
     for w in caught:
-        reemit_warning(w, _READ_WARNINGS)
+        reemit_warning(w)
     return loaded, sorted({f"{files.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
-
-
-#: the registry of the warnings re-emitted by :func:`_load_recording` (shown as the filters say, once per message
-#: under the default action, as where they were raised)
-_READ_WARNINGS: dict[Any, Any] = {}
-#: the registries of the warnings the evaluation issues again after recording them: those of matching the cases,
-#: and those of fitting the products other than UserWarnings (listed in the summary); in earlier versions they had
-#: none, so a warning under the default action was shown again on every run of the process
-_MATCHING_WARNINGS: dict[Any, Any] = {}
-_FIT_WARNINGS: dict[Any, Any] = {}
 
 
 def _num_classes(loaded: Any, config: EvaluationConfig) -> int:
@@ -568,7 +558,7 @@ def _run_evaluate(
                 raise
         for w in matching:  # every rank matches the same files: rank 0 alone reports the cases left out
             if ctx.is_main or not issubclass(w.category, UserWarning):
-                reemit_warning(w, _MATCHING_WARNINGS)
+                reemit_warning(w)
         # and summary.json lists them (found by hostile review 60: the cases --allow-missing / --allow-missing-labels
         # left out were said on stderr alone, so summary.json and the report gave the cohort's numbers without a word
         # of the labelled cases missing from it)
@@ -624,7 +614,7 @@ def _run_evaluate(
                 fitted = fit_products(state.product_states, state.sorted_rows(), config)
             for w in caught:
                 if not issubclass(w.category, UserWarning):
-                    reemit_warning(w, _FIT_WARNINGS)
+                    reemit_warning(w)
             summary = summarize(state, config, fitted=fitted, fit_warnings=[
                 str(w.message) for w in caught if issubclass(w.category, UserWarning)] + ([absent] if absent else [])
                 + list(listed.get("matching", [])))

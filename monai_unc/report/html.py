@@ -624,6 +624,7 @@ def product_section(section: ReportSection, key: str, section_id: str | None = N
         The ``<section>`` element.
 
     Raises:
+        TypeError: ``element_ids`` one string, or not a collection.
         ValueError: ``element_ids`` not one id per keyed table and banner.
     """
     parts: list[Any] = [el("h2", str(section.title))]
@@ -637,7 +638,7 @@ def product_section(section: ReportSection, key: str, section_id: str | None = N
     # one id per table and banner, whatever their keys
     if element_ids is None:
         element_ids = _element_ids([(anchor, section)], _REPORT_IDS)[0]
-    element_ids = [str(i) for i in element_ids]
+    element_ids = _given_ids(element_ids, "element_ids")
     if len(element_ids) != len(_element_keys(section)):
         raise ValueError(f"element_ids must give one id per keyed table and banner ({len(_element_keys(section))}), "
                          f"got {len(element_ids)}")
@@ -717,11 +718,25 @@ _REPORT_IDS = frozenset({"summary", "triage", "triage-table", "regions", "region
 _PAGE_ID_PREFIXES = ("fig-", "viewer-")
 
 
+def _given_ids(ids: Any, name: str) -> list[str]:
+    """The ids of a collection given as ``name``, as strings.
+
+    A ``TypeError`` naming ``name`` for one string (its characters are not ids) or for what is not a collection (in
+    earlier versions ``5`` gave Python's "'int' object is not iterable", and ``element_ids="pq"`` the ids ``p`` and
+    ``q``).
+    """
+    if isinstance(ids, (str, bytes)):
+        raise TypeError(f"{name} must be a collection of ids, not one {type(ids).__name__}")
+    try:
+        items = iter(ids)
+    except TypeError:
+        raise TypeError(f"{name} must be a collection of ids, got {type(ids).__name__}") from None
+    return [str(i) for i in items]
+
+
 def _page_ids(page_ids: Iterable[str] | None) -> frozenset[str]:
     """The ids a page's products may not take: ``page_ids``, or ``report.html``'s for None."""
-    if isinstance(page_ids, (str, bytes)):
-        raise TypeError(f"page_ids must be a collection of ids, not one {type(page_ids).__name__}")
-    return _REPORT_IDS if page_ids is None else frozenset(str(i) for i in page_ids)
+    return _REPORT_IDS if page_ids is None else frozenset(_given_ids(page_ids, "page_ids"))
 
 
 def _page_id(element_id: str, page_ids: frozenset[str]) -> bool:
@@ -776,7 +791,7 @@ def section_element_ids(sections: Sequence[tuple[ReportSection, str]],
         ``(section id, ids of its keyed tables then of its banners)`` per section, in order.
 
     Raises:
-        TypeError: ``page_ids`` a string (one id is ``{"summary"}``, not ``"summary"``).
+        TypeError: ``page_ids`` a string (one id is ``{"summary"}``, not ``"summary"``), or not a collection.
 
     Example:
         >>> from monai_unc.product import ReportTable
@@ -808,7 +823,7 @@ def section_ids(sections: Sequence[tuple[ReportSection, str]], page_ids: Iterabl
         One id per section, in order.
 
     Raises:
-        TypeError: ``page_ids`` a string (one id is ``{"summary"}``, not ``"summary"``).
+        TypeError: ``page_ids`` a string (one id is ``{"summary"}``, not ``"summary"``), or not a collection.
 
     Example:
         >>> section_ids([(ReportSection("A", anchor="masks"), "a"), (ReportSection("B"), "b")])

@@ -146,10 +146,6 @@ _UNREAD_REGION_MAP = "it looks like one region's uncertainty map"
 #: seconds a part of a run waits for another process's short hold of the export folder (:func:`part_lock`, the
 #: manifest's update) before it is refused
 _PART_WAIT = 10.0
-#: the registry of the warnings that matching the cases to export raised (but the unread region maps'), issued again as
-#: raised (:func:`~monai_unc._utils.reemit_warning`: once per location under the default action, filters naming
-#: their module apply)
-_MATCHING_WARNINGS: dict[Any, Any] = {}
 
 
 @dataclass
@@ -1520,7 +1516,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                           "name (infer.json's regions; the dataset.json or uncertainty_config.json beside nnU-Net's "
                           "predictions): the cases are exported without these maps", UserWarning, stacklevel=2)
         else:
-            reemit_warning(w, _MATCHING_WARNINGS)
+            reemit_warning(w)
     if cases is not None:  # the run's cases only: a removed input's outputs are left alone, not exported
         wanted = {str(c) for c in cases}
         absent = sorted(wanted - {c.case_id for c in found})

@@ -167,9 +167,9 @@ def test_reemitted_warning_keeps_its_module_for_the_filters():
     with warnings.catch_warnings(record=True) as again:
         warnings.simplefilter("always")
         warnings.filterwarnings("ignore", category=FutureWarning, module=__name__.replace(".", r"\."))
-        reemit_warning(got[0], {})
+        reemit_warning(got[0])
     assert again == []
     with warnings.catch_warnings(record=True) as again:
         warnings.simplefilter("always")
-        reemit_warning(got[0], {})
+        reemit_warning(got[0])
     assert [(w.category, w.filename, w.lineno) for w in again] == [(FutureWarning, got[0].filename, got[0].lineno)]

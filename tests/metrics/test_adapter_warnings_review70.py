@@ -235,9 +235,9 @@ def test_held_warnings_join_an_outer_call_and_stay_in_their_thread():
         thread = threading.Thread(target=lambda: say_warning("other thread", stacklevel=1))
         thread.start()
         thread.join()
+        other.append(list(caught))  # while this thread's call still runs: said already, not held to its end
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         said_once_per_call(in_another_thread)
-        other.append(list(caught))
     assert [str(w.message) for w in other[0]] == ["other thread"]

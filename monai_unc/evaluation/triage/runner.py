@@ -67,9 +67,6 @@ _STATE_FORMAT = 2
 # ----------------------------------------------------------------------------------------------------------------
 # triage of new cases (step 2)
 # ----------------------------------------------------------------------------------------------------------------
-#: the registry of the warnings other than UserWarnings that :func:`triage_case` issues again (shown as the
-#: filters say: once per location under the default action, as where they were raised)
-_OTHER_WARNINGS: dict[Any, Any] = {}
 
 
 def find_prediction_cases(
@@ -278,7 +275,7 @@ def triage_case(files: CaseFiles, rule: ReferralRule, *, maps: str | os.PathLike
     for w in caught:  # the UserWarnings are the case's (listed); the others are issued again as raised (found by
         # review 70: dropped before)
         if not issubclass(w.category, UserWarning):
-            reemit_warning(w, _OTHER_WARNINGS)
+            reemit_warning(w)
     row["warnings"] = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
     row["files"] = files.to_json()
     if maps is not None:  # the arrays scored above, written once (nothing for a case with map files of its own)
