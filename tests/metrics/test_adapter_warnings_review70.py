@@ -10,6 +10,7 @@ the spatial metric classes said the warning of each undefined case once per case
 
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 from collections.abc import Callable
@@ -32,30 +33,9 @@ from monai_unc.metrics import (
     ncc,
     spatial_calibration_error,
 )
+from tests._warning_checks import caught_warnings, quietly, said_once_each_at
 
-
-def _caught(call: Callable[[], Any]) -> list[warnings.WarningMessage]:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        call()
-    return caught
-
-
-def _quiet(call: Callable[[], Any]) -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return call()
-
-
-def _said_here(caught: list[warnings.WarningMessage], *starts: str) -> list[str]:
-    """Each of ``starts`` begins exactly one warning, all at this file's line; the texts."""
-    where = [(w.filename, w.lineno, str(w.message)[:80]) for w in caught]
-    assert [w.filename for w in caught] == [__file__] * len(caught), where
-    assert all(issubclass(w.category, UserWarning) for w in caught), where
-    texts = [str(w.message) for w in caught]
-    assert sorted(texts) == sorted(set(texts)), where  # each distinct warning once
-    assert len(texts) == len(starts) and all(sum(t.startswith(s) for t in texts) == 1 for s in starts), where
-    return texts
+said_here = functools.partial(said_once_each_at, __file__)  # at this file's lines
 
 
 def _labels(n: int, size: int = 8, boundary: bool = True) -> torch.Tensor:
@@ -117,10 +97,10 @@ def _decollated(batch: dict[str, torch.Tensor]) -> dict[str, list[torch.Tensor]]
 def test_one_call_on_two_cases_says_each_warning_once_at_the_callers_line(name):
     make, batch, starts = CASES[name]
     metric = make()
-    _said_here(_caught(lambda: metric(**batch())), *starts)
+    said_here(caught_warnings(lambda: metric(**batch())), *starts)
     # a decollated list: MONAI evaluates the items one by one (n_bins is said once per metric object)
     starts = tuple(s for s in starts if not s.startswith("n_bins"))
-    _said_here(_caught(lambda: metric(**_decollated(batch()))), *starts)
+    said_here(caught_warnings(lambda: metric(**_decollated(batch()))), *starts)
     assert metric.get_buffer().shape[0] == 4
 
 
@@ -147,9 +127,9 @@ def test_a_refused_call_leaves_nothing_pending_for_the_next(name):
     assert caught == []  # the error is what the call says
     # the next call says its own warnings once, none of the refused call's with them (n_bins included: it was not
     # said by the refused call)
-    _said_here(_caught(lambda: metric(**batch())), *starts)
+    said_here(caught_warnings(lambda: metric(**batch())), *starts)
     # a call without degenerate cases says nothing
-    assert _caught(lambda: metric(**_fine(name))) == []
+    assert caught_warnings(lambda: metric(**_fine(name))) == []
 
 
 def _fine(name: str) -> dict[str, torch.Tensor]:
@@ -173,16 +153,16 @@ def test_values_unchanged():
     u[0] = 0.25  # constant: NaN
     ref = torch.rand(3, 1, 4, 4, 4, generator=g)
     metric = NCCMetric(reduction="none")
-    _caught(lambda: metric(y_pred=u, y=ref))
-    expected = [_quiet(lambda i=i: ncc(u[i], ref[i])) for i in range(3)]
+    caught_warnings(lambda: metric(y_pred=u, y=ref))
+    expected = [quietly(lambda i=i: ncc(u[i], ref[i])) for i in range(3)]
     torch.testing.assert_close(metric.aggregate()[:, 0], torch.tensor(expected, dtype=torch.float64), equal_nan=True)
 
     refs = torch.randint(0, 2, (2, 3, 4, 4), generator=g)
     refs[0] = 0  # every reference empty: NaN
     samples = torch.randint(0, 2, (2, 2, 4, 4), generator=g)
     metric = GEDMetric(variant="nonempty_iou", reduction="none")
-    _caught(lambda: metric(y_pred=samples, y=refs))
-    expected = [_quiet(lambda i=i: float(ged_nonempty_iou(refs[i], samples[i]).ged)) for i in range(2)]
+    caught_warnings(lambda: metric(y_pred=samples, y=refs))
+    expected = [quietly(lambda i=i: float(ged_nonempty_iou(refs[i], samples[i]).ged)) for i in range(2)]
     torch.testing.assert_close(metric.aggregate()[:, 0], torch.tensor(expected, dtype=torch.float64), equal_nan=True)
 
     target = _labels(2)
@@ -194,8 +174,8 @@ def test_values_unchanged():
                     (BoundaryAwareECEMetric, boundary_aware_ece), (SpatialCalibrationErrorMetric,
                                                                    spatial_calibration_error)):
         metric = cls(reduction="none")
-        _caught(lambda m=metric: m(y_pred=pred, y=target, uncertainty=unc))
-        expected = _quiet(lambda f=fn: f(unc, pred, target))
+        caught_warnings(lambda m=metric: m(y_pred=pred, y=target, uncertainty=unc))
+        expected = quietly(lambda f=fn: f(unc, pred, target))
         expected = getattr(expected, "value", expected)
         torch.testing.assert_close(metric.aggregate()[:, 0], torch.as_tensor(expected, dtype=torch.float64).reshape(-1),
                                    equal_nan=True)
@@ -205,8 +185,8 @@ def test_values_unchanged():
     for reduction, ece in (("pooled", 0.2114623561501503), ("mean", 0.21228315308690074)):  # as before review 70
         metric = CalibrationMetric(num_classes=3, metrics=("ece", "nll"), n_bins=7, n_fine_bins=100,
                                    reduction=reduction)
-        _caught(lambda m=metric: m(y_pred=probs, y=labels))
-        agg = _quiet(metric.aggregate)
+        caught_warnings(lambda m=metric: m(y_pred=probs, y=labels))
+        agg = quietly(metric.aggregate)
         assert (agg["ece"].item(), agg["nll"].item()) == pytest.approx((ece, 1.2098126417526036), rel=1e-12, abs=0)
 
 
@@ -218,7 +198,7 @@ def test_off_scale_names_the_most_extreme_case_of_the_call():
         metric = cls()
         for call in (lambda m=metric: m(y_pred=_labels(2), y=_labels(2), uncertainty=u),
                      lambda m=metric: m(y_pred=list(_labels(2)), y=list(_labels(2)), uncertainty=list(u))):
-            (text,) = _said_here(_caught(call), "BA-ECE" if cls is BoundaryAwareECEMetric else "SPACE")
+            (text,) = said_here(caught_warnings(call), "BA-ECE" if cls is BoundaryAwareECEMetric else "SPACE")
             assert "reaches 3.5, above 1" in text, text
 
 
@@ -227,7 +207,7 @@ def test_held_warnings_join_an_outer_call_and_stay_in_their_thread():
         say_warning("degenerate", stacklevel=1)
         said_once_per_call(say_warning, "degenerate", stacklevel=1)
 
-    _said_here(_caught(lambda: said_once_per_call(inner)), "degenerate")
+    said_here(caught_warnings(lambda: said_once_per_call(inner)), "degenerate")
     other: list[list[warnings.WarningMessage]] = []
 
     def in_another_thread() -> None:

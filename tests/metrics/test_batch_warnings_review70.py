@@ -10,6 +10,7 @@ caller's line; a single case's text is as before; the values are unchanged.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -33,31 +34,11 @@ from monai_unc.metrics import (
 )
 from monai_unc.metrics.boundary import hausdorff_distance
 from monai_unc.metrics.qu_brats_score import UNGRADED_WARNING
+from tests._warning_checks import caught_warnings, quietly, said_once_each_at
+
+said_here = functools.partial(said_once_each_at, __file__)  # at this file's lines
 
 N = 8  # cases of a batch
-
-
-def _caught(call: Callable[[], Any]) -> list[warnings.WarningMessage]:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        call()
-    return caught
-
-
-def _quiet(call: Callable[[], Any]) -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return call()
-
-
-def _said_here(caught: list[warnings.WarningMessage], *starts: str) -> list[str]:
-    """Each of ``starts`` begins exactly one warning, every warning a ``UserWarning`` at this file's line."""
-    where = [(w.filename, w.lineno, str(w.message)[:90]) for w in caught]
-    assert [w.filename for w in caught] == [__file__] * len(caught), where
-    assert all(issubclass(w.category, UserWarning) for w in caught), where
-    texts = [str(w.message) for w in caught]
-    assert len(texts) == len(starts) and all(sum(t.startswith(s) for t in texts) == 1 for s in starts), where
-    return texts
 
 
 def _labels(n: int, boundary: bool = True) -> torch.Tensor:
@@ -121,9 +102,9 @@ BATCHES: dict[str, tuple[Callable[[int], Any], str]] = {
 @pytest.mark.parametrize("name", list(BATCHES))
 def test_a_batch_of_degenerate_cases_says_one_warning_naming_their_number(name):
     call, start = BATCHES[name]
-    (text,) = _said_here(_caught(lambda: call(N)), start)
+    (text,) = said_here(caught_warnings(lambda: call(N)), start)
     assert text.endswith(f" (in {N} cases)"), text
-    (one,) = _said_here(_caught(lambda: call(1)), start)  # one case: the text as before, no count
+    (one,) = said_here(caught_warnings(lambda: call(1)), start)  # one case: the text as before, no count
     assert text == f"{one} (in {N} cases)"
 
 
@@ -135,39 +116,39 @@ def test_values_unchanged():
     target[1] = 0
     pred[2, :, 2:6, 6] = 1
     for fn in (boundary_uncertainty_concentration, boundary_aware_ece):
-        batch = _quiet(lambda f=fn: f(u, pred, target))
-        single = torch.cat([_quiet(lambda f=fn, i=i: f(u[i:i + 1], pred[i:i + 1], target[i:i + 1])) for i in range(3)])
+        batch = quietly(lambda f=fn: f(u, pred, target))
+        single = torch.cat([quietly(lambda f=fn, i=i: f(u[i:i + 1], pred[i:i + 1], target[i:i + 1])) for i in range(3)])
         torch.testing.assert_close(batch, single, equal_nan=True)
     e = (torch.rand(3, 1, 4, 4, generator=g) < 0.3).float()
     e[0] = 0
     uu = torch.rand(3, 1, 4, 4, generator=g)
     for fn in (error_auroc, error_auprc, correct_certain_ratio, au_arc):
-        batch = _quiet(lambda f=fn: f(uu, e, per_case=True))
-        single = [_quiet(lambda f=fn, i=i: f(uu[i, 0], e[i, 0], per_case=False)) for i in range(3)]
+        batch = quietly(lambda f=fn: f(uu, e, per_case=True))
+        single = [quietly(lambda f=fn, i=i: f(uu[i, 0], e[i, 0], per_case=False)) for i in range(3)]
         torch.testing.assert_close(batch, torch.tensor(single, dtype=torch.float64), equal_nan=True)
     a = np.zeros((3, 6, 6), dtype=np.int64)
     a[1:, 1:4, 1:4] = 1
     b = np.roll(a, 1, axis=2)
     b[2] = 0
-    np.testing.assert_array_equal(_quiet(lambda: hd95(a, b, spatial_dims=2)),
-                                  [_quiet(lambda i=i: hausdorff_distance(a[i], b[i])) for i in range(3)])
+    np.testing.assert_array_equal(quietly(lambda: hd95(a, b, spatial_dims=2)),
+                                  [quietly(lambda i=i: hausdorff_distance(a[i], b[i])) for i in range(3)])
 
 
 def test_two_kinds_of_warning_in_one_call_each_once():
     u = torch.full((N, 1, 8, 8), 3.0)  # off the [0, 1] scale, and no target boundary in any case
-    texts = _said_here(_caught(lambda: boundary_aware_ece(u, _labels(N), _labels(N, False))),
+    texts = said_here(caught_warnings(lambda: boundary_aware_ece(u, _labels(N), _labels(N, False))),
                        "BA-ECE: the uncertainty reaches 3", "BA-ECE: the target label map has no boundary")
     assert sum(t.endswith(f"(in {N} cases)") for t in texts) == 1  # the off-scale one is one value of the call
 
 
 def test_ncc_says_its_warning_at_the_callers_line_by_any_argument_names():
     const, ref = torch.zeros(4, 4), torch.rand(4, 4)
-    _said_here(_caught(lambda: ncc(const, ref)), "ncc: uncertainty is constant")
+    said_here(caught_warnings(lambda: ncc(const, ref)), "ncc: uncertainty is constant")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         ncc(pred_uncertainty=const, reference=ref)  # the deprecated names: one more frame
     caught = [w for w in caught if not issubclass(w.category, DeprecationWarning)]
-    _said_here(caught, "ncc: uncertainty is constant")
+    said_here(caught, "ncc: uncertainty is constant")
 
 
 def test_a_function_called_by_a_metric_class_joins_its_call():
@@ -177,7 +158,7 @@ def test_a_function_called_by_a_metric_class_joins_its_call():
         boundary_uncertainty_concentration(torch.full((3, 1, 8, 8), 0.5), _labels(3, False), _labels(3))
         boundary_uncertainty_concentration(torch.full((2, 1, 8, 8), 0.5), _labels(2, False), _labels(2))
 
-    (text,) = _said_here(_caught(lambda: said_once_per_call(two_calls)), "BUC: the predicted label map")
+    (text,) = said_here(caught_warnings(lambda: said_once_per_call(two_calls)), "BUC: the predicted label map")
     assert text.endswith("(in 5 cases)"), text
 
 
@@ -187,10 +168,10 @@ def test_merge_collects_the_items_of_one_key():
             say_warning(f"maps of {[name]}", key="maps", item=name,
                         merge=lambda m, items: f"maps of {sorted(set(items))}")
 
-    (text,) = _said_here(_caught(lambda: said_once_per_call(regions)), "maps of")
+    (text,) = said_here(caught_warnings(lambda: said_once_per_call(regions)), "maps of")
     assert text == "maps of ['TC', 'WT']"
-    (text,) = _said_here(_caught(lambda: say_warning("maps of ['ET']", key="maps", item="ET", merge=count_cases)),
-                         "maps of")
+    (text,) = said_here(caught_warnings(lambda: say_warning("maps of ['ET']", key="maps", item="ET",
+                                                            merge=count_cases)), "maps of")
     assert text == "maps of ['ET']"  # outside a held call: the message as is
     assert count_cases("x", [None]) == "x" and count_cases("x", [1, 2]) == "x (in 2 cases)"
 
@@ -209,7 +190,7 @@ def test_qu_brats_regions_in_one_held_call_merge_their_regions():
         qu_brats_regions(et_only, label, label)
         qu_brats_regions(wt_only, label, label)
 
-    (text,) = _said_here(_caught(lambda: said_once_per_call(cases)), UNGRADED_WARNING)
+    (text,) = said_here(caught_warnings(lambda: said_once_per_call(cases)), UNGRADED_WARNING)
     assert "(the maps of the regions ['WT', 'ET'])" in text, text
     assert "cases)" not in text
 
@@ -221,8 +202,8 @@ def test_hausdorff_distance_says_an_empty_foreground_at_its_callers_line():
     mask[2:4, 2:4] = 1
 
     def helper() -> list[warnings.WarningMessage]:
-        return _caught(lambda: hausdorff_distance(empty, mask))  # the line the warning must name
+        return caught_warnings(lambda: hausdorff_distance(empty, mask))  # the line the warning must name
 
     caught = helper()
-    (text,) = _said_here(caught, "hd95: the prediction foreground is empty")
+    (text,) = said_here(caught, "hd95: the prediction foreground is empty")
     assert caught[0].lineno == helper.__code__.co_firstlineno + 1, (caught[0].lineno, text)
