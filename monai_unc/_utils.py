@@ -2622,16 +2622,13 @@ def once_per_call(fn: Callable[..., _R]) -> Callable[..., _R]:
     return wrapper
 
 
-def warn_nan(message: str, stacklevel: int = 3, merge: Callable[[str, list[Any]], str] | None = None) -> float:
+def warn_nan(message: str, stacklevel: int = 3) -> float:
     """Emit a ``UserWarning`` for degenerate but valid input and return NaN.
 
     Inside :func:`said_once_per_call` (a metric class's call, a function of a batch: :func:`once_per_call`) the
-    warning is held and said once for the call, with ``merge`` as :func:`say_warning`'s: by default
-    :func:`count_cases`, which names how many times (cases) it was said.
+    warning is held and said once for the call, naming how many times (cases) it was said (:func:`count_cases`).
     """
-    if merge is None:
-        merge = count_cases
-    say_warning(message, UserWarning, stacklevel=stacklevel, merge=merge)
+    say_warning(message, UserWarning, stacklevel=stacklevel, merge=count_cases)
     return float("nan")
 
 
