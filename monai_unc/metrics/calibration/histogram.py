@@ -1591,11 +1591,24 @@ class ConfidenceHistogram:
             hist._add_to(hist._slot(None), stage.to_state())
         return hist
 
-    def merge(self, other: ConfidenceHistogram) -> ConfidenceHistogram:
-        """Add ``other`` into this histogram (in place) and return ``self``.
+    def check_mergeable(self, other: ConfidenceHistogram) -> None:
+        """Refuse ``other`` for :meth:`merge` when its layout differs: the check :meth:`merge` makes first.
 
-        Cases with the same string id are summed; automatically numbered cases of ``other`` are appended
-        with new numbers. A pooled histogram absorbs every case of ``other``.
+        For a caller that must refuse a histogram before it changes anything else (a metric's call, before the
+        batch's warnings are said and its rows counted).
+
+        Args:
+            other: the histogram to merge.
+
+        Raises:
+            TypeError: ``other`` is not a :class:`ConfidenceHistogram`.
+            ValueError: ``other`` has another number of classes or of fine bins.
+
+        Example:
+            >>> ConfidenceHistogram(3, 10).check_mergeable(ConfidenceHistogram(2, 10))
+            Traceback (most recent call last):
+            ...
+            ValueError: cannot merge histograms with different layouts: (num_classes, n_fine_bins) (3, 10) vs (2, 10)
         """
         if not isinstance(other, ConfidenceHistogram):
             raise TypeError(f"other must be a ConfidenceHistogram, got {type(other).__name__}")
@@ -1605,6 +1618,14 @@ class ConfidenceHistogram:
                 f"(num_classes, n_fine_bins) {(self.num_classes, self.n_fine_bins)} vs "
                 f"{(other.num_classes, other.n_fine_bins)}"
             )
+
+    def merge(self, other: ConfidenceHistogram) -> ConfidenceHistogram:
+        """Add ``other`` into this histogram (in place) and return ``self``.
+
+        Cases with the same string id are summed; automatically numbered cases of ``other`` are appended
+        with new numbers. A pooled histogram absorbs every case of ``other``.
+        """
+        self.check_mergeable(other)
         if other.uncertainty != self.uncertainty and len(other) and len(self):
             raise ValueError("cannot merge histograms with and without the uncertainty (entropy) row")
         if len(other) and not len(self):

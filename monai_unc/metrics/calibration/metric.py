@@ -279,10 +279,7 @@ class CalibrationMetric(CumulativeIterationMetric):
         are said).
         """
         if self._hist is not None:
-            layout, pooled = (table.num_classes, table.n_fine_bins), (self._hist.num_classes, self._hist.n_fine_bins)
-            if layout != pooled:
-                raise ValueError(f"cannot merge histograms with different layouts: (num_classes, n_fine_bins) "
-                                 f"{pooled} vs {layout}")
+            self._hist.check_mergeable(table)  # merge's own check, made before the warnings
         self._staged = (table, device)
 
     def _add_staged(self) -> None:
