@@ -436,6 +436,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
+    # the first line outside the package that led here (the console script's, runpy's for python -m, a user's
+    # script's): a warning the package holds for one call and says once (_utils.said_once_per_call) points there
+    caller, package = sys._getframe(1), Path(__file__).resolve().parent
+    while caller.f_back is not None and package in Path(caller.f_code.co_filename).resolve().parents:
+        caller = caller.f_back
+    entry = (caller.f_code.co_filename, caller.f_lineno)
     try:  # Ctrl-C at any moment, the seconds of imports after parsing included (found by hostile testing: a
         # traceback and death by SIGINT where the line and exit status 130 are promised)
         try:
@@ -450,8 +456,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not sys.warnoptions:  # the user's -W / PYTHONWARNINGS decide otherwise (found by hostile testing:
                 # `error::DeprecationWarning` in a CI had become a warning line)
                 warnings.filterwarnings("default", category=DeprecationWarning, module=r"monai_unc(\.|$)")
-            warnings.showwarning = _one_line_warning(command or "")
-            return _parse_and_run(parser, nnunet_cli, argv)
+            warnings.showwarning = _one_line_warning(command or "", entry)
+            return _parse_and_run(parser, nnunet_cli, argv, entry)
     except KeyboardInterrupt:
         return _interrupted(command or "")
 
@@ -570,13 +576,17 @@ def _other_options(sub: argparse.ArgumentParser, argv: Sequence[str], error: Bas
     return text
 
 
-def _parse_and_run(parser: argparse.ArgumentParser, nnunet_cli: Any, argv: list[str]) -> int:
-    """:func:`main` after the parser is built: parse ``argv`` and run the command (exit status)."""
+def _parse_and_run(parser: argparse.ArgumentParser, nnunet_cli: Any, argv: list[str],
+                   entry: tuple[str, int] | None = None) -> int:
+    """:func:`main` after the parser is built: parse ``argv`` and run the command (exit status).
+
+    ``entry`` is the first file and line outside the package that led to :func:`main` (:func:`_one_line_warning`).
+    """
     if _other_rank():  # every rank parses the same arguments: their warnings (a deprecated --measures name) are
         # the job's, said once by rank 0 (found by review 66: one identical line per rank of a torchrun job)
         warnings.showwarning = _say_nothing
     args = parser.parse_args(argv)
-    warnings.showwarning = _one_line_warning(args.command)  # the parsed command's name (restored by main)
+    warnings.showwarning = _one_line_warning(args.command, entry)  # the parsed command's name (restored by main)
     if nnunet_cli is None and args.command in NNUNET_COMMANDS:  # parsed for --help without the nnunet extra, but
         # "-h" was the value of an option: the command runs, so the extra's one line
         try:
@@ -804,17 +814,21 @@ def _missing_dependency(command: str, error: ImportError) -> int:
     return 2
 
 
-def _one_line_warning(command: str) -> Callable[..., None]:
+def _one_line_warning(command: str, entry: tuple[str, int] | None = None) -> Callable[..., None]:
     """``warnings.showwarning`` for a command.
 
     The package's own ``UserWarning`` s and ``DeprecationWarning`` s (raised from, or attributed to, a module of the
-    package) as one stderr line each (``monai-unc <command>: warning: ...``); other warnings as Python shows them.
+    package, or to ``entry``: the file and line that called :func:`main`, where a warning the package holds for one
+    call and says once is attributed) as one stderr line each (``monai-unc <command>: warning: ...``); other warnings
+    as Python shows them.
     """
     package = str(Path(__file__).resolve().parent)
     original = warnings.showwarning
 
     def show(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
-        ours = str(Path(filename).resolve()).startswith(package)
+        # found by review 71: a warning said once per call of run_report was shown as Python shows a user's warning,
+        # two lines naming the console script's sys.exit(main())
+        ours = str(Path(filename).resolve()).startswith(package) or (filename, lineno) == entry
         if ours and issubclass(category, (UserWarning, DeprecationWarning)):
             text = str(message).strip().splitlines()[0] if str(message).strip() else category.__name__
             from ._utils import stderr_line  # torch: not at the command line's start

@@ -28,6 +28,7 @@ from .._utils import (
     is_real,
     is_text_list,
     reemit_warning,
+    say_warning,
     share_count,
     unique_json_keys,
     warn_nan,
@@ -1204,8 +1205,9 @@ def _summary_config(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
         # dice_class: read it as the class named "class", of that column, so that the folder stays readable
         blank = [i for i, n in enumerate(names) if isinstance(n, str) and not n.strip()]
         if say:
-            warnings.warn(f"summary.json records an empty class name (class_names{blank}): read as 'class', the name "
-                          "of its column dice_class (new evaluations refuse empty names)", UserWarning, stacklevel=3)
+            # held inside a report (once_per_call): the page's steps read the summary several times
+            say_warning(f"summary.json records an empty class name (class_names{blank}): read as 'class', the name of "
+                        "its column dice_class (new evaluations refuse empty names)", UserWarning, stacklevel=3)
         options["class_names"] = ["class" if i in blank else n for i, n in enumerate(names)]
     try:
         cfg = EvaluationConfig(**options)

@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from .._utils import check_integer
+from .._utils import check_integer, once_per_call
 from ..evaluation import (
     IID_SHIFTS,
     CohortState,
@@ -1233,6 +1233,7 @@ def _made_with(summary: Mapping[str, Any]) -> str:
     return "" if not parts else " · " + " · ".join(parts)
 
 
+@once_per_call  # a warning of the evaluation's summary once, though the page reads it twice
 def build_report(
     evaluation: str | os.PathLike,
     output: str | os.PathLike | None = None,

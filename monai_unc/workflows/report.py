@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .._utils import refusing
+from .._utils import once_per_call, refusing
 from ..engine import get_dist_context, sync_errors
 from ..evaluation import load_evaluation, resummarize, run_triage
 from ..evaluation.config import STATE_DIR
@@ -122,6 +122,7 @@ def _evaluation_case_folders(folder: str | os.PathLike) -> list[Path]:
     return sorted(folders)
 
 
+@once_per_call  # a warning of the evaluation's summary once, though its steps read it several times
 def run_report(
     evaluation: str | os.PathLike,
     output: str | os.PathLike | None = None,
