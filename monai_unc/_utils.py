@@ -2321,6 +2321,40 @@ def reemit_warning(caught: warnings.WarningMessage) -> None:
     warnings.warn_explicit(message, category, caught.filename, caught.lineno, registry=None, **where)
 
 
+def keep_user_warnings(caught: Sequence[warnings.WarningMessage]) -> list[warnings.WarningMessage]:
+    """The ``UserWarning`` s among recorded warnings, every other one issued again as raised (:func:`reemit_warning`).
+
+    For a step whose ``UserWarning`` s are its own, listed (a case's, the cohort summary's), whose other warnings (a
+    user's metric's ``RuntimeWarning``, numpy's, a ``DeprecationWarning``) are not: those are said as Python would
+    have said them (earlier versions dropped them).
+
+    Args:
+        caught: the warnings recorded by ``warnings.catch_warnings(record=True)``.
+
+    Returns:
+        The recorded ``UserWarning`` s (subclasses included), in order.
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as got:
+        ...     warnings.simplefilter("always")
+        ...     warnings.warn("empty mask", UserWarning)
+        ...     warnings.warn("divide by zero", RuntimeWarning)
+        >>> with warnings.catch_warnings(record=True) as again:
+        ...     warnings.simplefilter("always")
+        ...     kept = keep_user_warnings(got)
+        >>> [str(w.message) for w in kept], [str(w.message) for w in again]
+        (['empty mask'], ['divide by zero'])
+    """
+    kept = []
+    for w in caught:
+        if issubclass(w.category, UserWarning):
+            kept.append(w)
+        else:
+            reemit_warning(w)
+    return kept
+
+
 def _active_filters() -> list[Any]:
     """The warning filters in effect (``warnings.filters``; those of the context where Python keeps them there)."""
     get = getattr(warnings, "_get_filters", None)  # Python 3.14's context-aware warnings

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .._utils import reemit_warning
+from .._utils import keep_user_warnings
 from ..activation import TaskView
 from ..io import CaseError, CaseFiles, LoadedCase, is_seg_label, load_case, segment_label_values, sheared_grid
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics
@@ -307,11 +307,9 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
         _refuse_clash("case_metrics", custom, product_columns, "the columns of the products")
         _refuse_clash("products", product_columns, {**row, "shift": None})
         row.update(product_columns)  # last: an evaluation without products keeps its columns and their order
-    for w in caught:  # the UserWarnings are the case's (listed); the others (a user's case metric's, numpy's on the
-        # case's arrays, a deprecation) are issued again as raised (found by review 70: dropped before)
-        if not issubclass(w.category, UserWarning):
-            reemit_warning(w)
-    messages = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
+    # the UserWarnings are the case's (listed); the others (a user's case metric's, numpy's on the case's arrays, a
+    # deprecation) are issued again as raised (found by review 70: dropped before)
+    messages = sorted({f"{case.case_id}: {w.message}" for w in keep_user_warnings(caught)})
     if not act.multilabel:
         return CaseResult(row, None if hists is None else hists[0], messages, states=states,
                           present_classes=_present_classes(tasks[0]))

@@ -27,7 +27,7 @@ from .._utils import (
     is_finite_real,
     is_real,
     is_text_list,
-    reemit_warning,
+    keep_user_warnings,
     say_warning,
     share_count,
     unique_json_keys,
@@ -1062,11 +1062,8 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
         if state.regions is not None:
             summary.update(_region_summary(state, rows, ids, score_key, config))
         summary.update({k: v for k, v in blocks.items() if k not in implicit})
-    for w in caught:  # listed below: the UserWarnings; the others are issued again as raised (found by review 70:
-        # dropped before)
-        if not issubclass(w.category, UserWarning):
-            reemit_warning(w)
-    msgs = sorted({str(w.message) for w in caught if issubclass(w.category, UserWarning)} | set(map(str, fit_warnings)))
+    # listed: the UserWarnings; the others are issued again as raised (found by review 70: dropped before)
+    msgs = sorted({str(w.message) for w in keep_user_warnings(caught)} | set(map(str, fit_warnings)))
     summary["warnings"] = sorted(set(state.warnings)) + [f"cohort: {m}" for m in msgs]
     return json_safe(summary)
 

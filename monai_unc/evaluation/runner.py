@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._utils import parameter_error, reemit_warning
+from .._utils import keep_user_warnings, parameter_error, reemit_warning
 from ..engine import (
     CaseFailure,
     CasesFailed,
@@ -612,11 +612,8 @@ def _run_evaluate(
             with warnings.catch_warnings(record=True) as caught:  # listed in the summary, as summarize lists its own
                 warnings.simplefilter("always")
                 fitted = fit_products(state.product_states, state.sorted_rows(), config)
-            for w in caught:
-                if not issubclass(w.category, UserWarning):
-                    reemit_warning(w)
             summary = summarize(state, config, fitted=fitted, fit_warnings=[
-                str(w.message) for w in caught if issubclass(w.category, UserWarning)] + ([absent] if absent else [])
+                str(w.message) for w in keep_user_warnings(caught)] + ([absent] if absent else [])
                 + list(listed.get("matching", [])))
             paths = write_evaluation(state, summary, output, config, inputs={
                 k: None if match_kwargs[k] is None else os.path.abspath(match_kwargs[k])

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ... import __version__
-from ..._utils import listed, reemit_warning, refusing
+from ..._utils import keep_user_warnings, listed, refusing
 from ...engine import CaseCache, CohortRun, get_dist_context, run_cases
 from ...io import (
     CaseError,
@@ -272,11 +272,8 @@ def triage_case(files: CaseFiles, rule: ReferralRule, *, maps: str | os.PathLike
         row["foreground_voxels"] = fg_voxels
         row["voxels"] = voxels
         row["spacing"] = "x".join(f"{s:.4g}" for s in case.spacing)
-    for w in caught:  # the UserWarnings are the case's (listed); the others are issued again as raised (found by
-        # review 70: dropped before)
-        if not issubclass(w.category, UserWarning):
-            reemit_warning(w)
-    row["warnings"] = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
+    # the UserWarnings are the case's (listed); the others are issued again as raised (found by review 70: dropped)
+    row["warnings"] = sorted({f"{case.case_id}: {w.message}" for w in keep_user_warnings(caught)})
     row["files"] = files.to_json()
     if maps is not None:  # the arrays scored above, written once (nothing for a case with map files of its own)
         row["derived"] = {m: p.name for m, p in write_derived_maps(case, maps, derived).items()}
