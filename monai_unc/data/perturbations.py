@@ -24,6 +24,13 @@ kind            transform at severity ``s``                                 trai
 
 Random parts (the noise, the bias-field coefficients, the gamma direction) come from ``seed``; the same seed and a
 larger severity scale the same draw, so severity is monotone for a fixed seed.
+
+The blur pads the volume with zeros (MONAI's ``GaussianSmooth``): where the image is not zero at its faces, the
+voxels within about ``2 x sigma`` of them darken as well. The MNI152 template's head reaches some of its faces
+(intensities up to 0.8 within three voxels of them at 2 mm), so a blurred case of :func:`make_mni152_cohort` is also
+a little darker there, tissue labels of its lowest axial slices included (71 labelled voxels of the
+right hemisphere within four voxels of the inferior face, of 108 682); the validation studies' figures were made
+so and are kept comparable. The demo cohort's :func:`fixed_perturbation` blurs with reflection at the faces instead.
 """
 
 from __future__ import annotations
