@@ -1264,17 +1264,17 @@ def _folder_channels(folder: Path, pairs: bool) -> dict[str, tuple[str, ...]]:
 
     With ``pairs``, the cases of NIfTI pairs' headers (:func:`list_image_cases`); else nnU-Net's channel groups.
 
-    :func:`image_channel_files` is called for every case of a cohort (three times a case by a triage), and listing
-    the folder each time made a cohort quadratic in its size (a 1000-case folder of NIfTI pairs: 0.15 s a call). The
-    listing is kept under the folder's path, inode, modification and change times (in nanoseconds: a file added,
-    removed or renamed changes them), so a changed folder is listed again; a listing that fails is not kept. A
-    folder changed in the last :data:`~monai_unc.io.files.SETTLE_S` seconds is listed every time and its listing not
-    kept: a file system with coarse timestamps (1 s on ext2/3 or NFS exports of them, 2 s on FAT) gives a file
-    added within the same tick the same folder times (found by hostile review: a third channel written just after
-    the listing was missed on every call, on an ext2 folder).
+    :func:`image_channel_files` is called for every case of a cohort (three times a case by a triage), and listing the
+    folder each time made a cohort quadratic in its size (a 1000-case folder of NIfTI pairs: 0.15 s a call). The listing
+    is kept under the folder's version (:func:`~monai_unc.io.files.file_version`: path, inode, size, modification and
+    change times in nanoseconds; a file added, removed or renamed changes them), so a changed folder is listed again; a
+    listing that fails is not kept. A folder changed in the last :data:`~monai_unc.io.files.SETTLE_S` seconds is listed
+    every time and its listing not kept: a file system with coarse timestamps (1 s on ext2/3 or NFS exports of them, 2 s
+    on FAT) gives a file added within the same tick the same folder times (found by hostile review: a third channel
+    written just after the listing was missed on every call, on an ext2 folder).
     """
     st = folder.stat()
-    key = (str(folder.resolve()), pairs, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns)
+    key = (file_version(str(folder.resolve()), st), pairs)  # the one identity of a file's version, as elsewhere
     kept = settled(st)
     with _CHANNEL_LISTINGS_LOCK:
         got = _CHANNEL_LISTINGS.get(key) if kept else None
