@@ -9,6 +9,7 @@ import importlib
 import inspect
 import itertools
 import json
+import multiprocessing
 import os
 import random
 import re
@@ -1033,7 +1034,12 @@ def test_end_to_end_cpu_docs_example_and_stock_agreement(tmp_path, monkeypatch):
             assert rec["scores"][m]["patch_mean"] == pytest.approx(patch, rel=1e-9, abs=1e-12), (case, m)
             assert rec["scores"][m]["fg_mean"] == pytest.approx(row[f"{m}_fg_mean"], rel=1e-9, abs=1e-12), (case, m)
 
-    # stock nnU-Net with the same folds and mirrors, and the CLI's thread count (cli_threads: the logits depend on it)
+    # stock nnU-Net with the same folds and mirrors, and the CLI's thread count (cli_threads: the logits depend on it).
+    # Both take it from multiprocessing.cpu_count(), which reads one CPU from here on: the comparisons are the same at
+    # any count shared by both sides, and on the CI's two cores, which two test workers share, two intra-op threads
+    # per worker oversubscribed them (stock, the CLI and ours in memory: 3 x 32 forward passes, most of this test;
+    # 32 passes of this network on a loaded 2-core machine: 19.0 s of CPU with two threads, 4.6 s with one)
+    monkeypatch.setattr(multiprocessing, "cpu_count", lambda: 1)
     model = root / "results" / "Dataset990_UncToy" / "nnUNetTrainer_10iters__nnUNetPlans__3d_fullres"
     inp = str(images[0].parent)
     (tmp_path / "stock").mkdir()
@@ -1047,8 +1053,10 @@ def test_end_to_end_cpu_docs_example_and_stock_agreement(tmp_path, monkeypatch):
                    "-device", "cpu", "--sources", "mirroring", "-npp", "0", "-nps", "0", "--disable_progress_bar",
                    "--save_probabilities"])
     threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # not the CLI's count (1, above), so that a count left behind would show
     assert run(args) == 0
-    assert torch.get_num_threads() == threads  # the CLI's thread count is not left behind in this process
+    assert torch.get_num_threads() == 2  # the CLI's thread count is not left behind in this process
+    torch.set_num_threads(threads)
     cli_cfg = json.loads((tmp_path / "cli" / "uncertainty_config.json").read_text())
     assert cli_cfg["num_samples"] is None and cli_cfg["samples_per_voxel"] == 8  # no dropout: no dropout passes
     # ours with folds and mirroring as sources, in memory (the image read with the dataset's reader)
