@@ -42,6 +42,36 @@ def runs(tmp_path_factory):
     }
 
 
+@pytest.fixture(scope="module")
+def pages(runs):
+    """The report pages of the three runs, each built once (``n_cases=1``; the tests only read them), and every
+    ``plot_case_overlay`` call of each page as ``(case, {side: read-only copy of the mask} or None)``: the spy only
+    records, the figures drawn are the real ones."""
+    import monai_unc.report.html as page
+
+    calls = {"crc": [], "plain": [], "high": []}
+    building = []  # the name of the page being built
+    real = page.plot_case_overlay
+
+    def frozen(mask):
+        mask = np.array(mask)
+        mask.setflags(write=False)
+        return mask
+
+    def spy(case_id, *args, **kwargs):
+        calls[building[-1]].append((case_id, {o.label.split()[0]: frozen(o.mask) for o in kwargs.get("overlays") or ()}
+                                    or None))
+        return real(case_id, *args, **kwargs)
+
+    out = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(page, "plot_case_overlay", spy)
+        for name in ("crc", "plain", "high"):
+            building.append(name)
+            out[name] = build_report(runs[name], n_cases=1).read_text()
+    return {"text": out, "calls": {k: tuple(v) for k, v in calls.items()}}
+
+
 def _section(text: str) -> str:
     m = re.search(r'<section id="conformal"[^>]*>(.*?)</section>', text, re.S)
     assert m is not None
@@ -60,8 +90,8 @@ def _rows(section: str, side: str) -> dict[str, dict[str, object]]:
     return out
 
 
-def test_expectation_numbers_on_the_page_equal_summary(runs):
-    text = build_report(runs["crc"], n_cases=1).read_text()
+def test_expectation_numbers_on_the_page_equal_summary(runs, pages):
+    text = pages["text"]["crc"]
     block = json.loads((runs["crc"] / "summary.json").read_text())["conformal"]
     section = _section(text)
     assert "Conformal masks" in section and "probability threshold" in section
@@ -80,8 +110,8 @@ def test_expectation_numbers_on_the_page_equal_summary(runs):
     assert "above tol" not in section  # expectation control: no high-probability column
 
 
-def test_high_probability_shows_the_share_above_tol_against_alpha(runs):
-    text = build_report(runs["high"], n_cases=1).read_text()
+def test_high_probability_shows_the_share_above_tol_against_alpha(runs, pages):
+    text = pages["text"]["high"]
     b = json.loads((runs["high"] / "summary.json").read_text())["conformal"]["sides"]["outer"]
     assert b["method"] == "high_probability"
     section = _section(text)
@@ -95,8 +125,8 @@ def test_high_probability_shows_the_share_above_tol_against_alpha(runs):
         assert rows[name]["lambda_hat"] == t["lambda_hat"]
 
 
-def test_section_absent_without_conformal(runs):
-    text = build_report(runs["plain"], n_cases=1).read_text()
+def test_section_absent_without_conformal(pages):
+    text = pages["text"]["plain"]
     assert 'id="conformal"' not in text and "Conformal masks" not in text
 
 
@@ -118,21 +148,15 @@ def test_hostile_class_names_stay_escaped(runs):
     assert rows["0"]["cells"][0] == "0 (background)" and rows["1"]["cells"][0] == f"1 ({payload})"
 
 
-def test_case_figures_draw_the_rule_masks(runs, monkeypatch, tmp_path):
+def test_case_figures_draw_the_rule_masks(runs, pages):
+    """The case figures of the crc page draw the conformal rule's masks (the module's one build of each page, its
+    ``plot_case_overlay`` calls recorded); those of the plain page none."""
     import monai_unc.report.html as page
     from monai_unc.evaluation.conformal import ConformalRuleFile
     from monai_unc.io import CaseFiles, load_case
 
-    calls = []
-    real = page.plot_case_overlay
-
-    def spy(case_id, *args, **kwargs):
-        calls.append((case_id, {o.label.split()[0]: o.mask for o in kwargs.get("overlays") or ()} or None))
-        return real(case_id, *args, **kwargs)
-
-    monkeypatch.setattr(page, "plot_case_overlay", spy)
-    text = build_report(runs["crc"], tmp_path / "r", n_cases=1).read_text()
-    assert len(calls) == 2 and "conformal outer (white dashed)" in text
+    calls = pages["calls"]["crc"]
+    assert len(calls) == 2 and "conformal outer (white dashed)" in pages["text"]["crc"]
     doc = ConformalRuleFile.load(runs["crc"] / "conformal_rule.json")
     state, _ = page.load_evaluation(runs["crc"])
     for cid, masks in calls:
@@ -141,8 +165,7 @@ def test_case_figures_draw_the_rule_masks(runs, monkeypatch, tmp_path):
         for side, rule in doc.rules.items():  # the rule's apply on the case's probabilities, foreground union
             expected = rule.apply(case.probs, pred=case.seg, spacing=case.spacing)[1:].any(axis=0)
             assert np.array_equal(masks[side], expected)
-    calls.clear()
-    build_report(runs["plain"], tmp_path / "p", n_cases=1)
+    calls = pages["calls"]["plain"]
     assert len(calls) == 2 and all(m is None for _, m in calls)
 
 
