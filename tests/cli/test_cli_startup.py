@@ -47,8 +47,66 @@ def _run(argv: list[str], script: Path | None = None) -> tuple[subprocess.Comple
     return proc, modules, seconds
 
 
-def _heavy(modules: set[str]) -> list[str]:
+def _heavy(modules: set[str] | list[str]) -> list[str]:
     return sorted(m for m in modules if m.split(".")[0] in HEAVY)
+
+
+def _help_argvs() -> list[list[str]]:
+    return [["--help"], *([c, "--help"] for c in _commands())]
+
+
+#: runs each argv of a JSON list in this one fresh interpreter, one after the other, as ``monai-unc <argv>`` does
+#: (argparse's exits caught), and prints per argv a JSON line: its exit status, stdout, stderr, and the modules of
+#: HEAVY loaded so far (modules only accumulate: none loaded after an argv means none of the argvs up to it loaded
+#: one); then, last (it loads torch), the lazily imported names of ``monai_unc.nnunet`` (where nnunetv2 is installed)
+_LIGHT = """
+import contextlib, importlib.util, io, json, sys
+from monai_unc import cli
+HEAVY = tuple(json.loads(sys.argv[2]))
+for argv in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(argv)
+        except SystemExit as e:
+            code = e.code
+    print(json.dumps({"argv": argv, "code": code, "stdout": out.getvalue(), "stderr": err.getvalue(),
+                      "cli": "monai_unc.cli" in sys.modules,
+                      "heavy": sorted(m for m in sys.modules if m.split(".")[0] in HEAVY)}))
+if importlib.util.find_spec("nnunetv2") is not None:
+    import monai_unc.nnunet as m
+    light = "torch" not in sys.modules
+    missing = [n for n in m.__all__ if not hasattr(m, n)]
+    print(json.dumps({"nnunet": [light, missing, m.UncertaintyPredictor.__module__, m.export.__name__]}))
+"""
+
+
+@pytest.fixture(scope="session")
+def light_runs(tmp_path_factory) -> dict:
+    """Every ``--help``, every command with a flag it does not know and ``--version``, run one after the other in ONE
+    fresh interpreter (once per test session: :mod:`tests._shared`; one interpreter start instead of ~30): ``{"
+    ".join(argv): its JSON line}``, and under ``"nnunet"`` the check of the nnU-Net package's lazy names (absent
+    without nnunetv2). What a command imports is only seen in a fresh process; the modules of all the argvs
+    accumulate there, so each check below (nothing of HEAVY loaded yet after its argv) is at least as strict as one
+    interpreter per argv."""
+    from tests._shared import once_per_session
+
+    argvs = [*_help_argvs(), *([c, "--no-such-flag"] for c in _commands()), ["--version"]]
+
+    def run(_folder):
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.run([sys.executable, "-c", _LIGHT, json.dumps(argvs), json.dumps(HEAVY)],
+                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        runs = {" ".join(r["argv"]): r for r in lines if "argv" in r}
+        assert [r["argv"] for r in lines if "argv" in r] == argvs
+        for r in lines:
+            if "nnunet" in r:
+                runs["nnunet"] = r["nnunet"]
+        return runs
+
+    return once_per_session(tmp_path_factory, "cli_startup_light_runs", run)[1]
 
 
 def test_every_command_is_listed():
@@ -57,35 +115,34 @@ def test_every_command_is_listed():
     assert set(cli.NNUNET_COMMANDS) <= set(names)
 
 
-@pytest.mark.parametrize("argv", [["--help"], *([c, "--help"] for c in _commands())],
-                         ids=lambda a: " ".join(a))
-def test_help_imports_neither_torch_nor_monai(argv):
-    proc, modules, seconds = _run(argv)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "usage: monai-unc" in proc.stdout
-    assert "monai_unc.cli" in modules  # the import list is read (the check below can fail)
-    assert not _heavy(modules), f"monai-unc {' '.join(argv)} ({seconds:.2f} s) imported {_heavy(modules)}"
+@pytest.mark.parametrize("argv", _help_argvs(), ids=lambda a: " ".join(a))
+def test_help_imports_neither_torch_nor_monai(argv, light_runs):
+    r = light_runs[" ".join(argv)]
+    assert r["code"] == 0, r["stderr"][-2000:]
+    assert "usage: monai-unc" in r["stdout"]
+    assert r["cli"]  # the module list is read (the check below can fail)
+    assert not _heavy(r["heavy"]), f"monai-unc {' '.join(argv)} (or an argv before it) imported {_heavy(r['heavy'])}"
 
 
 @pytest.mark.parametrize("command", _commands())
-def test_argument_error_exits_2_without_torch_or_monai(command):
-    proc, modules, seconds = _run([command, "--no-such-flag"])
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert re.search(rf"^monai-unc( {command})?: error: .*--no-such-flag|required", proc.stderr, re.MULTILINE)
-    assert "monai_unc.cli" in modules
-    assert not _heavy(modules), f"monai-unc {command} --no-such-flag ({seconds:.2f} s) imported {_heavy(modules)}"
+def test_argument_error_exits_2_without_torch_or_monai(command, light_runs):
+    r = light_runs[f"{command} --no-such-flag"]
+    assert r["code"] == 2, r["stderr"][-2000:]
+    assert re.search(rf"^monai-unc( {command})?: error: .*--no-such-flag|required", r["stderr"], re.MULTILINE)
+    assert r["cli"]
+    assert not _heavy(r["heavy"]), f"monai-unc {command} --no-such-flag (or an argv before it) imported {r['heavy']}"
 
 
-def test_version_is_the_package_version_and_light():
+def test_version_is_the_package_version_and_light(light_runs):
     """``monai-unc --version`` prints the version that every record names (``monai_unc.__version__``, the one that
     pyproject.toml gives the installed distribution), without importing torch or MONAI."""
     import monai_unc
 
-    proc, modules, _ = _run(["--version"])
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == f"monai-unc {monai_unc.__version__}"
-    assert "monai_unc.cli" in modules
-    assert not _heavy(modules)
+    r = light_runs["--version"]
+    assert r["code"] == 0, r["stderr"][-2000:]
+    assert r["stdout"].strip() == f"monai-unc {monai_unc.__version__}"
+    assert r["cli"]
+    assert not _heavy(r["heavy"])
     declared = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)
     assert declared is not None and declared.group(1) == monai_unc.__version__
 
@@ -115,16 +172,12 @@ def test_a_command_still_gets_torch_and_its_names(monkeypatch):
         cli.no_such_name  # noqa: B018
 
 
-def test_nnunet_package_names_load_on_first_access():
-    """``from monai_unc.nnunet import X`` works for every public name, though the package imports them lazily."""
-    code = ("import sys, monai_unc.nnunet as m; light = 'torch' not in sys.modules; "
-            "missing = [n for n in m.__all__ if not hasattr(m, n)]; "
-            "print(light, missing, m.UncertaintyPredictor.__module__, m.export.__name__)")
-    pytest.importorskip("nnunetv2")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split() == ["True", "[]", "monai_unc.nnunet.predictor", "monai_unc.nnunet.export"]
+def test_nnunet_package_names_load_on_first_access(light_runs):
+    """``from monai_unc.nnunet import X`` works for every public name, though the package imports them lazily (checked
+    last in the interpreter of ``light_runs``, where torch had not been imported)."""
+    if "nnunet" not in light_runs:  # that interpreter found no nnunetv2 (read there: no import of it here)
+        pytest.skip("could not import 'nnunetv2'")
+    assert light_runs["nnunet"] == [True, [], "monai_unc.nnunet.predictor", "monai_unc.nnunet.export"]
 
 
 #: command -> the workflow module it runs on: the commands that only read and compute, which start without MONAI
