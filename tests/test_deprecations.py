@@ -139,7 +139,7 @@ def fresh_interpreter_deprecations(tmp_path_factory: pytest.TempPathFactory) -> 
 
         def run(_folder):
             done = subprocess.run([sys.executable, "-c", MEASURE_NAME_CODE + _OLD_PATHS_CODE], cwd=ROOT,
-                                  capture_output=True, text=True, timeout=300)
+                                  capture_output=True, text=True, timeout=600)  # two interpreters of 300 s
             assert done.returncode == 0, done.stderr
             assert _PART_TWO in done.stderr.splitlines(), done.stderr
             part_one = done.stderr.split(_PART_TWO + "\n")[0]

@@ -96,7 +96,7 @@ def light_runs(tmp_path_factory) -> dict:
     def run(_folder):
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         proc = subprocess.run([sys.executable, "-c", _LIGHT, json.dumps(argvs), json.dumps(HEAVY)],
-                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
         assert proc.returncode == 0, proc.stderr[-2000:]
         lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
         runs = {" ".join(r["argv"]): r for r in lines if "argv" in r}
@@ -263,7 +263,7 @@ def command_runs(tmp_path_factory) -> dict:
                 argvs.append(_failing_argv(c, folder / c))
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         proc = subprocess.run([sys.executable, "-c", _SEQUENCE % (_WATCHED,), json.dumps(argvs)], capture_output=True,
-                              text=True, env=env, cwd=ROOT, timeout=300)
+                              text=True, env=env, cwd=ROOT, timeout=600)
         assert proc.returncode == 0, proc.stderr[-2000:]
         results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
         assert [r["argv"] for r in results] == argvs
