@@ -91,29 +91,72 @@ def test_old_module_paths_warn_and_re_export_the_same_objects(old):
         assert getattr(module, name) is getattr(homes[0], name), f"{old}.{name} is not the object of the new home"
 
 
+#: tests/test_measure_name_upgrade.py's use of the old measure name, the first lines of the fresh interpreter below
+#: (under Python's default filters)
+MEASURE_NAME_CODE = ("from monai_unc.transforms import UncertaintyMeasures\n"
+                     "from monai_unc.evaluation.config import EvaluationConfig\n"
+                     "UncertaintyMeasures(measures=['max_softmax'])\n"
+                     "EvaluationConfig(measure='max_softmax').validate()\n")
+#: what the fresh interpreter writes to stderr between its two parts
+_PART_TWO = "--- the old module paths ---"
+#: the fresh interpreter's second part: the first import of each old module path with its warning made an error
+_OLD_PATHS_CODE = (
+    "import importlib, json, sys, warnings\n"
+    f"sys.stderr.write({_PART_TWO!r} + '\\n')\n"
+    "warnings.filterwarnings('error', message=r'monai_unc\\.[\\w.]+ is deprecated', category=DeprecationWarning)\n"
+    f"old = {sorted(MODULE_ALIASES)!r}\nout = {{}}\nfor name in old:\n"
+    "    if name.rpartition('.')[0] in old:\n"
+    "        with warnings.catch_warnings():\n"
+    "            warnings.simplefilter('ignore', DeprecationWarning)\n"
+    "            importlib.import_module(name.rpartition('.')[0])\n"
+    "    if name in sys.modules:\n"
+    "        out[name] = 'imported before its first import'\n"
+    "        continue\n"
+    "    try:\n"
+    "        importlib.import_module(name)\n"
+    "        out[name] = 'no warning'\n"
+    "    except DeprecationWarning as e:\n"
+    "        out[name] = str(e)\n"
+    "print(json.dumps(out))\n"
+)
+_FRESH: dict = {}
+
+
+def fresh_interpreter_deprecations(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The deprecations a user's script meets in a fresh interpreter, one interpreter for two checks (once per test
+    session: :mod:`tests._shared`; an interpreter start with torch and MONAI is ~5 s):
+
+    1. ``MEASURE_NAME_CODE`` under Python's default filters: ``"shown"``, the ``DeprecationWarning`` lines printed
+       (:func:`shown_deprecations`' reading), and ``"stderr"``, what was printed before part 2;
+    2. then the first import of every old module path (none imported before it: else that name says so), each
+       warning made an error: ``"old"``, old path -> the warning's text (or ``"no warning"``).
+
+    Its parts share the interpreter without changing what each checks: part 1 runs first, as a script's first
+    lines, and each old path of part 2 is checked to be imported there for the first time.
+    """
+    if not _FRESH:
+        from tests._shared import once_per_session
+
+        def run(_folder):
+            done = subprocess.run([sys.executable, "-c", MEASURE_NAME_CODE + _OLD_PATHS_CODE], cwd=ROOT,
+                                  capture_output=True, text=True, timeout=600)  # two interpreters of 300 s
+            assert done.returncode == 0, done.stderr
+            assert _PART_TWO in done.stderr.splitlines(), done.stderr
+            part_one = done.stderr.split(_PART_TWO + "\n")[0]
+            return {"shown": [line for line in part_one.splitlines() if "DeprecationWarning" in line],
+                    "stderr": part_one, "old": json.loads(done.stdout.strip().splitlines()[-1])}
+
+        _FRESH.update(once_per_session(tmp_path_factory, "fresh_interpreter_deprecations", run)[1])
+    return json.loads(json.dumps(_FRESH))  # a copy: a test cannot change what the next one reads
+
+
 @pytest.mark.slow
-def test_old_module_paths_warn_in_a_fresh_interpreter():
+def test_old_module_paths_warn_in_a_fresh_interpreter(tmp_path_factory):
     """A user's first ``import`` of an old path meets the warning (here turned into an error). A deprecated module
     inside a deprecated package (``monai_unc.distributed.cases``) is imported after its package, whose own warning
     is checked on its own."""
-    code = (
-        "import importlib, json, warnings\n"
-        "warnings.filterwarnings('error', message=r'monai_unc\\.[\\w.]+ is deprecated', category=DeprecationWarning)\n"
-        f"old = {sorted(MODULE_ALIASES)!r}\nout = {{}}\nfor name in old:\n"
-        "    if name.rpartition('.')[0] in old:\n"
-        "        with warnings.catch_warnings():\n"
-        "            warnings.simplefilter('ignore', DeprecationWarning)\n"
-        "            importlib.import_module(name.rpartition('.')[0])\n"
-        "    try:\n"
-        "        importlib.import_module(name)\n"
-        "        out[name] = 'no warning'\n"
-        "    except DeprecationWarning as e:\n"
-        "        out[name] = str(e)\n"
-        "print(json.dumps(out))\n"
-    )
-    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
-    out = json.loads(run.stdout.strip().splitlines()[-1])
+    out = fresh_interpreter_deprecations(tmp_path_factory)["old"]
+    assert sorted(out) == sorted(MODULE_ALIASES)
     for name, message in out.items():
         assert f"{name} is deprecated" in message, (name, message)
 

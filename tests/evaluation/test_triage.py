@@ -545,13 +545,13 @@ def test_fingerprint_mismatch_is_refused_unless_allowed(cohorts, tmp_path, capsy
     shutil.copytree(cohorts["B"]["predictions"], pred)
     _stamp_infer_records(pred, method="mcdropout", samples=4)  # another number of samples
     out = tmp_path / "t"
-    assert _triage_cli(cohorts, out, pred) == 2
+    assert _triage_cli(cohorts, out, pred, "--cases", "0") == 2  # no case figure: the page's header is checked
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "num_samples: 4 (rule: 8)" in err and "--allow-mismatch" in err
     assert not (out / "triage.csv").exists() and not (out / "state").exists()
     with pytest.raises(FingerprintMismatch):
         run_triage(pred, cohorts["rule"], out)
-    assert _triage_cli(cohorts, out, pred, "--allow-mismatch") == 0
+    assert _triage_cli(cohorts, out, pred, "--allow-mismatch", "--cases", "0") == 0
     tri = json.loads((out / "triage.json").read_text())
     assert tri["fingerprint"]["status"] == "mismatch" and tri["fingerprint"]["allowed_mismatch"] is True
     assert tri["fingerprint"]["differences"] == [{"field": "num_samples", "rule": 8, "predictions": 4}]
@@ -642,13 +642,13 @@ def test_failed_case_is_reported_and_the_rest_is_done(cohorts, tmp_path, capsys)
     good = (pred / "toy005_probs.nii.gz").read_bytes()
     (pred / "toy005_probs.nii.gz").write_bytes(b"not a NIfTI file")
     out = tmp_path / "t"
-    assert _triage_cli(cohorts, out, pred) == 1
+    assert _triage_cli(cohorts, out, pred, "--cases", "0") == 1  # no case figure: not what is checked
     err = capsys.readouterr().err
     assert "case 'toy005' failed" in err and "1 case(s) failed" in err
     assert json.loads((out / "failures.json").read_text())["failures"][0]["case"] == "toy005"
     assert not (out / "triage.csv").exists() and len(list((out / "state" / "cases").glob("*.json"))) == 11
     (pred / "toy005_probs.nii.gz").write_bytes(good)
-    assert _triage_cli(cohorts, out, pred) == 0 and not (out / "failures.json").exists()
+    assert _triage_cli(cohorts, out, pred, "--cases", "0") == 0 and not (out / "failures.json").exists()
 
 
 @pytest.mark.slow
@@ -755,7 +755,7 @@ def test_two_gloo_ranks_equal_one_process(cohorts, tmp_path):
 
     b = cohorts["B"]
     single = tmp_path / "single"
-    assert _triage_cli(cohorts, single) == 0
+    assert _triage_cli(cohorts, single, None, "--cases", "0") == 0  # the reference tables (the ranks draw figures)
     port = free_port()  # not a port the kernel hands out to other processes meanwhile (tests/_ranks.py)
     dist_out = tmp_path / "dist"
     argv = ["triage", "-p", str(b["predictions"]), "--rule", str(cohorts["rule"]), "-o", str(dist_out / "t"),
@@ -877,7 +877,8 @@ def test_triage_records_into_the_monitoring_store(cohorts, tmp_path, capsys, mon
 
     db = tmp_path / "monitor.db"
     capsys.readouterr()
-    assert _triage_cli(cohorts, tmp_path / "t1", None, "--monitor", str(db), "--site", "centre 1") == 0
+    # no case figure (--cases 0): the store's records are checked, not the page
+    assert _triage_cli(cohorts, tmp_path / "t1", None, "--monitor", str(db), "--site", "centre 1", "--cases", "0") == 0
     with MonitorStore(db, create=False) as store:
         rows = store.cases()
         assert len(rows) == 12 and {r["site"] for r in rows} == {"centre 1"} and store.verify().ok
@@ -901,7 +902,8 @@ def test_triage_records_into_the_monitoring_store(cohorts, tmp_path, capsys, mon
 
     monkeypatch.setattr(triage_workflow, "check_store", lambda db, output=None: None)  # the store lost after the check
     capsys.readouterr()
-    rc = _triage_cli(cohorts, tmp_path / "t3", None, "--monitor", "postgresql://nobody@127.0.0.1:9/none")
+    rc = _triage_cli(cohorts, tmp_path / "t3", None, "--monitor", "postgresql://nobody@127.0.0.1:9/none", "--cases",
+                     "0")
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and (tmp_path / "t3" / "triage.csv").is_file() and (tmp_path / "t3" / "triage.json").is_file()
     assert len(err) == 1 and "the triage outputs are written to" in err[0] and "monitoring store" in err[0]
@@ -913,7 +915,7 @@ def test_triage_records_into_a_store_inside_its_new_output_folder(cohorts, tmp_p
     from monai_unc.monitoring import MonitorStore
 
     out = tmp_path / "run"
-    assert _triage_cli(cohorts, out, None, "--monitor", str(out / "monitor.db")) == 0
+    assert _triage_cli(cohorts, out, None, "--monitor", str(out / "monitor.db"), "--cases", "0") == 0
     with MonitorStore(out / "monitor.db", create=False) as store:
         assert len(store.cases()) == 12 and store.verify().ok
 

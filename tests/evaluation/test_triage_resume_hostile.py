@@ -17,11 +17,15 @@ def _killed(*args, **kwargs):
     raise KeyboardInterrupt
 
 
-def _triaged(tmp_path):
-    """A toy cohort evaluated (with a referral rule) and triaged once: ``(the triage command line, its folder)``."""
+def _triaged(tmp_path, figures: int = 0):
+    """A toy cohort evaluated (with a referral rule) and triaged once: ``(the triage command line, its folder)``.
+
+    The page shows the overlays of ``figures`` cases (``--cases``): drawing one takes ~0.5 s, and only the test of
+    the figures an interrupted rerun leaves needs one."""
     c = write_toy_cohort(tmp_path / "c", n_cases=3, shape=(8, 8, 8))
     ev, out = tmp_path / "ev", tmp_path / "tri"
-    argv = ["triage", "-p", str(c["predictions"]), "--rule", str(ev / "referral_rule.json"), "-o", str(out), "-q"]
+    argv = ["triage", "-p", str(c["predictions"]), "--rule", str(ev / "referral_rule.json"), "-o", str(out), "-q",
+            "--cases", str(figures)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         assert main(["evaluate", "-l", str(c["labels"]), "-p", str(c["predictions"]), "-o", str(ev), "-q",
@@ -50,7 +54,7 @@ def test_a_rerun_interrupted_before_writing_leaves_no_earlier_triage_file(tmp_pa
     were this run's (a rerun with another rule or more cases kept the old triage.csv, triage.json and page)."""
     from monai_unc.evaluation.triage import runner
 
-    argv, out = _triaged(tmp_path)
+    argv, out = _triaged(tmp_path, figures=1)  # one figure: the rerun must remove it
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         assert {p.name for p in out.iterdir()} >= {"triage.csv", "triage.json", "triage.html"}

@@ -91,45 +91,80 @@ print("RESULT", json.dumps(runs))
 """
 
 
-def _results(done: subprocess.CompletedProcess) -> dict:
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])
-
-
-def test_the_store_on_a_full_disk(tmp_path):
-    """Found by hostile testing: on a full disk ``monitor verify`` (and ``status``, ``report``) failed with
-    ``disk I/O error`` (a reader of a WAL database makes its ``-shm`` index) and ``monitor record`` said the same,
-    naming no file."""
-    done = run_on_a_full_disk(tmp_path, _RECORD_THEN_FILL + "fill(disk)\n" + _COMMANDS + """
+_FULL_DISK = """
+fill(disk)
+""" + _COMMANDS + """
 (disk / "filler").unlink()
 with MonitorStore(db, read_only=True) as store:
     print("AFTER", len(store.cases()), store.verify().ok)
-""", size_kib=512)
-    runs = _results(done)
-    db = tmp_path / "disk" / "monitor.db"
-    for name in ("verify", "status", "report"):  # read, nothing made beside the store
-        assert runs[name] == [0, ["filler", "monitor.db"]], (name, runs, done.stderr[-2000:])
-    assert runs["record"][0] == 2
-    assert f"monai-unc monitor: error: No space left on device: {db}" in done.stderr.splitlines(), done.stderr
-    assert "AFTER 1 True" in done.stdout  # nothing of the refused record
-
-
-def test_the_read_only_commands_where_no_file_can_grow(tmp_path):
-    """The same without a tmpfs: no file may grow (``RLIMIT_FSIZE`` 0, as on a full disk every write fails) and the
-    file system reports no free block."""
-    pytest.importorskip("resource")
-    done = subprocess.run([sys.executable, "-c", _RECORD_THEN_FILL + """
+"""
+#: no file may grow: run last in its interpreter (no file can be written after it); ``sys.argv[1]`` is the folder
+_NO_GROWTH = """
 import os, resource, signal
 
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of a signal
 resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 os.statvfs = lambda path: os.statvfs_result((4096, 4096, 1000, 0, 0, 1000, 0, 0, 0, 255))
-""" + _COMMANDS, str(tmp_path)], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "MONAI_UNC_TEST_DEVICE": "cpu"})
-    runs = _results(done)
+""" + _COMMANDS
+
+
+def _results(stdout: str, stderr: str, returncode: int) -> list[dict]:
+    """The ``RESULT`` line(s) of a script, in order."""
+    assert returncode == 0, stderr[-3000:]
+    return [json.loads(line[7:]) for line in stdout.splitlines() if line.startswith("RESULT ")]
+
+
+@pytest.fixture(scope="module")
+def full_disk_runs(tmp_path_factory) -> dict:
+    """Both scenarios below in one interpreter (one start instead of two): the store on a real full disk (a tiny
+    tmpfs, :func:`tests._full_disk.run_on_a_full_disk`) first, then, in another folder, the store where no file may
+    grow (last: no file can be written after it). Where no tmpfs can be mounted, the second runs alone and
+    ``"tmpfs"`` is the reason to skip the first. ``{"tmpfs": {...} or the skip reason, "no_growth": {...}}``, each
+    with the scenario's ``runs``, the interpreter's ``stdout`` / ``stderr`` and the scenario's ``db``."""
+    pytest.importorskip("resource")
+    root = tmp_path_factory.mktemp("full_disk")
+    grow = root / "grow"
+    grow.mkdir()
+    # the second scenario reads its folder as sys.argv[1], as the first reads its tmpfs
+    second = f"sys.argv[1] = {str(grow)!r}\n" + _RECORD_THEN_FILL + _NO_GROWTH
+    try:
+        done = run_on_a_full_disk(root, _RECORD_THEN_FILL + _FULL_DISK + second, size_kib=512)
+    except pytest.skip.Exception as reason:
+        alone = subprocess.run([sys.executable, "-c", _RECORD_THEN_FILL + _NO_GROWTH, str(grow)], capture_output=True,
+                               text=True, timeout=600,
+                               env={**os.environ, "PYTHONPATH": str(ROOT), "MONAI_UNC_TEST_DEVICE": "cpu"})
+        [runs] = _results(alone.stdout, alone.stderr, alone.returncode)
+        return {"tmpfs": str(reason), "no_growth": {"runs": runs, "stdout": alone.stdout, "stderr": alone.stderr,
+                                                    "db": grow / "monitor.db"}}
+    full, no_growth = _results(done.stdout, done.stderr, done.returncode)
+    common = {"stdout": done.stdout, "stderr": done.stderr}
+    return {"tmpfs": {"runs": full, "db": root / "disk" / "monitor.db", **common},
+            "no_growth": {"runs": no_growth, "db": grow / "monitor.db", **common}}
+
+
+def test_the_store_on_a_full_disk(full_disk_runs):
+    """Found by hostile testing: on a full disk ``monitor verify`` (and ``status``, ``report``) failed with
+    ``disk I/O error`` (a reader of a WAL database makes its ``-shm`` index) and ``monitor record`` said the same,
+    naming no file."""
+    if isinstance(full_disk_runs["tmpfs"], str):
+        pytest.skip(full_disk_runs["tmpfs"])
+    done = full_disk_runs["tmpfs"]
+    runs, db = done["runs"], done["db"]
+    for name in ("verify", "status", "report"):  # read, nothing made beside the store
+        assert runs[name] == [0, ["filler", "monitor.db"]], (name, runs, done["stderr"][-2000:])
+    assert runs["record"][0] == 2
+    assert f"monai-unc monitor: error: No space left on device: {db}" in done["stderr"].splitlines(), done["stderr"]
+    assert "AFTER 1 True" in done["stdout"]  # nothing of the refused record
+
+
+def test_the_read_only_commands_where_no_file_can_grow(full_disk_runs):
+    """The same without a tmpfs: no file may grow (``RLIMIT_FSIZE`` 0, as on a full disk every write fails) and the
+    file system reports no free block."""
+    done = full_disk_runs["no_growth"]
+    runs, db = done["runs"], done["db"]
     for name in ("verify", "status"):
-        assert runs[name] == [0, ["monitor.db"]], (name, runs, done.stderr[-2000:])
-    assert runs["record"][0] == 2 and f"No space left on device: {tmp_path / 'monitor.db'}" in done.stderr
+        assert runs[name] == [0, ["monitor.db"]], (name, runs, done["stderr"][-2000:])
+    assert runs["record"][0] == 2 and f"No space left on device: {db}" in done["stderr"]
 
 
 def test_a_full_disk_is_recognised_without_sqlite_s_error_code(tmp_path, monkeypatch):
