@@ -19,8 +19,8 @@ from monai.bundle import ConfigParser, verify_metadata, verify_net_in_out
 
 from monai_unc.data.cohorts import MANIFEST, export_mni152_cases, export_toy_cases, load_datalist
 from tests._bundle_runs import bundle_argv, run_bundles
-from tests._bundle_runs import run_bundle as _run_bundle
 from tests._paths import ROOT
+from tests._shared import once_per_session
 from tests.bundles.test_brain_readme_review58 import README_SAMPLES, readme_rows
 
 BUNDLES = {name: ROOT / "bundles" / name for name in ("brain_tissue_uncertainty", "toy_uncertainty")}
@@ -202,53 +202,94 @@ def test_bundle_layout(name):
 
 
 # ----------------------------------------------------------------------------------------------- end to end
+def _infer_then_evaluate_argvs(configs: Path, inference: tuple, evaluation: tuple) -> list[list[str]]:
+    """The command lines of a bundle's ``inference.json`` then its ``evaluate.json``; each run ``(dataset folder,
+    output folder, number of samples)``."""
+    return [bundle_argv(str(configs / cfg), "--dataset_dir", str(data), "--output_dir", str(out), "--num_samples",
+                        str(n))
+            for cfg, (data, out, n) in (("inference.json", inference), ("evaluate.json", evaluation))]
+
+
 def _infer_then_evaluate(configs: Path, inference: tuple, evaluation: tuple) -> None:
-    """A bundle's ``inference.json`` then its ``evaluate.json`` in one process; each run ``(dataset folder, output
-    folder, number of samples)``."""
-    run_bundles(*(bundle_argv(str(configs / cfg), "--dataset_dir", str(data), "--output_dir", str(out),
-                              "--num_samples", str(n))
-                  for cfg, (data, out, n) in (("inference.json", inference), ("evaluate.json", evaluation))))
+    """A bundle's ``inference.json`` then its ``evaluate.json`` in one process (see
+    :func:`_infer_then_evaluate_argvs`)."""
+    run_bundles(*_infer_then_evaluate_argvs(configs, inference, evaluation))
+
+
+@pytest.fixture(scope="module")
+def cpu_bundle_runs(tmp_path_factory) -> dict:
+    """The end-to-end runs of the toy bundle and of the spleen-like bundle's documented overrides, all in one process
+    (one start-up of torch/MONAI instead of four, ~8 s of CPU each; each run as ``python -m monai.bundle run`` parses
+    it), once per test session (:func:`tests._shared.once_per_session`: its tests may run on both pytest-xdist
+    workers). The runs, each in a folder of the returned ``root``:
+
+    - ``toy_data`` (4 exported toy cases): ``inference.json`` into ``toy_inf`` and ``evaluate.json`` into ``toy_ev``
+      (4 samples each);
+    - ``toy_uncertainty``: a fresh copy of the toy bundle without its data folder, ``inference.json`` with
+      ``--bundle_root`` there and 2 samples (the first run exports the example data);
+    - ``documented``, ``posthoc``, ``tta``: the spleen-like bundle with the override blocks of
+      docs/add_uncertainty_to_bundle.md (see the spleen tests), each on its own synthetic CT.
+
+    ``before`` holds the snapshots of the input folders (``toy``, ``documented``, ``posthoc``, ``tta``) before the
+    runs; the tests only read the folders."""
+
+    def produce(root: Path) -> dict:
+        data = root / "toy_data"
+        export_toy_cases(data, n_cases=4)
+        fresh = root / "toy_uncertainty"
+        shutil.copytree(BUNDLES["toy_uncertainty"], fresh, ignore=shutil.ignore_patterns("data", "eval"))
+        blocks = _doc_json_blocks()
+        base = {k: v for k, v in blocks[0].items() if k != "network_def#dropout"}  # the network keeps no dropout
+        tta = dict(base, inferer=dict(blocks[1]["inferer"], flip_axes=[0]))  # 2 flips instead of 8 keep it short
+        spleen = {"documented": _spleen_argv(root / "documented", blocks[0]),
+                  "posthoc": _spleen_argv(root / "posthoc", base, extra=blocks[2]),  # add_dropout inserts it post hoc
+                  "tta": _spleen_argv(root / "tta", tta, num_samples=None)}
+        before = {"toy": _snapshot(data), **{v: _snapshot(root / v / "data") for v in spleen}}
+        assert all(before.values())  # the tests compare these: never two empty snapshots
+        run_bundles(*_infer_then_evaluate_argvs(BUNDLES["toy_uncertainty"] / "configs", (data, root / "toy_inf", 4),
+                                                (data, root / "toy_ev", 4)),
+                    bundle_argv(str(fresh / "configs" / "inference.json"), "--bundle_root", str(fresh),
+                                "--num_samples", "2"),
+                    *spleen.values())
+        return before
+
+    root, before = once_per_session(tmp_path_factory, "cpu_bundle_runs", produce)
+    return {"root": root, "before": before}
 
 
 @pytest.mark.slow
-def test_toy_bundle_inference_and_evaluation(tmp_path):
-    data = tmp_path / "data"
-    export_toy_cases(data, n_cases=4)
-    before = _snapshot(data)
-    cfg = BUNDLES["toy_uncertainty"] / "configs"
-    # the inference and the evaluation runs in one process (one start-up)
-    _infer_then_evaluate(cfg, (data, tmp_path / "inf", 4), (data, tmp_path / "ev", 4))
+def test_toy_bundle_inference_and_evaluation(cpu_bundle_runs):
+    root = cpu_bundle_runs["root"]
+    data, inf, ev = root / "toy_data", root / "toy_inf", root / "toy_ev"
     for item in load_datalist(data):
         stem = Path(item["image"]).name[: -len(".nii.gz")]
         ref = nib.load(item["image"])
         for suffix in ("prob", "seg", "predictive_entropy", "expected_entropy", "mutual_information"):
-            out = nib.load(tmp_path / "inf" / f"{stem}_{suffix}.nii.gz")
+            out = nib.load(inf / f"{stem}_{suffix}.nii.gz")
             np.testing.assert_allclose(out.affine, ref.affine, atol=1e-6)
             assert out.shape[:3] == ref.shape
-        seg = np.asarray(nib.load(tmp_path / "inf" / f"{stem}_seg.nii.gz").dataobj)
+        seg = np.asarray(nib.load(inf / f"{stem}_seg.nii.gz").dataobj)
         lab = np.asarray(nib.load(item["label"]).dataobj)
         if item["shift"] == "none":
             assert 2 * (seg * lab).sum() / (seg.sum() + lab.sum()) > 0.9
-    summary = _summary(tmp_path / "ev" / "metrics.csv")
+    summary = _summary(ev / "metrics.csv")
     for key in ("dice", "calib_ece", "ged", "ncc_ee", "buc", "ood_auroc_mutual_information_fg_mean"):
         assert np.isfinite(summary[key]), key
     assert summary["dice"] > 0.8
     assert 0.0 <= summary["ood_auroc_mutual_information_fg_mean"] <= 1.0
-    scores = _rows(tmp_path / "ev" / "case_scores.csv")
+    scores = _rows(ev / "case_scores.csv")
     assert [r["shift"] for r in scores] == [c["shift"] for c in load_datalist(data)]
     # the box sums are named as such; "<measure>_patch" is the deprecated name of the box mean elsewhere
     assert "mutual_information_patch_sum" in scores[0] and not any(k.endswith("_patch") for k in scores[0])
     assert np.isfinite(summary["ood_auroc_mutual_information_patch_sum"])
-    assert len(_rows(tmp_path / "ev" / "ged_raw.csv")) == 4
-    assert _snapshot(data) == before  # nothing written into the input folder
+    assert len(_rows(ev / "ged_raw.csv")) == 4
+    assert _snapshot(data) == cpu_bundle_runs["before"]["toy"]  # nothing written into the input folder
 
 
 @pytest.mark.slow
-def test_toy_bundle_first_run_exports_its_example_data(tmp_path):
+def test_toy_bundle_first_run_exports_its_example_data(cpu_bundle_runs):
     """A fresh copy of the bundle with no data folder: the run exports the example cases into <bundle>/data."""
-    bundle = tmp_path / "toy_uncertainty"
-    shutil.copytree(BUNDLES["toy_uncertainty"], bundle, ignore=shutil.ignore_patterns("data", "eval"))
-    _run_bundle(str(bundle / "configs" / "inference.json"), "--bundle_root", str(bundle), "--num_samples", "2")
+    bundle = cpu_bundle_runs["root"] / "toy_uncertainty"
     assert (bundle / "data" / MANIFEST).is_file()
     n_cases = len(load_datalist(bundle / "data"))
     assert len(list((bundle / "eval").glob("*_mutual_information.nii.gz"))) == n_cases == 16
@@ -405,18 +446,12 @@ def _spleen_check(tmp_path: Path, before: dict[str, str]) -> Path:
     return out
 
 
-def _spleen_run(tmp_path: Path, override: dict, extra: dict | None = None, num_samples: int | None = 2) -> Path:
-    argv = _spleen_argv(tmp_path, override, extra, num_samples)
-    before = _snapshot(tmp_path / "data")
-    _run_bundle(argv[2], *argv[3:])
-    return _spleen_check(tmp_path, before)
-
-
 @pytest.mark.slow
-def test_spleen_bundle_with_the_documented_override(tmp_path):
+def test_spleen_bundle_with_the_documented_override(cpu_bundle_runs):
+    """The first override block as documented, 2 samples (run by :func:`cpu_bundle_runs`)."""
     override = _doc_json_blocks()[0]
     assert override["evaluator#_target_"] == "monai_unc.engines.UncertaintyEvaluator"
-    out = _spleen_run(tmp_path, override)
+    out = _spleen_check(cpu_bundle_runs["root"] / "documented", cpu_bundle_runs["before"]["documented"])
     seg = np.asarray(nib.load(out / "spleen_synth_trans.nii.gz").dataobj)
     assert set(np.unique(seg)) <= {0, 1}
     mi = np.asarray(nib.load(out / "spleen_synth_mutual_information.nii.gz").dataobj)
@@ -425,13 +460,8 @@ def test_spleen_bundle_with_the_documented_override(tmp_path):
 
 
 @pytest.mark.slow
-def test_spleen_bundle_posthoc_dropout_and_tta_variants(tmp_path):
-    blocks = _doc_json_blocks()
-    base = {k: v for k, v in blocks[0].items() if k != "network_def#dropout"}  # the network keeps no dropout
-    tta = dict(base, inferer=dict(blocks[1]["inferer"], flip_axes=[0]))  # 2 flips instead of 8 keep it short
-    argvs = [_spleen_argv(tmp_path / "posthoc", base, extra=blocks[2]),  # add_dropout inserts it post hoc
-             _spleen_argv(tmp_path / "tta", tta, num_samples=None)]
-    before = {v: _snapshot(tmp_path / v / "data") for v in ("posthoc", "tta")}
-    run_bundles(*argvs)  # both variants in one process (one start-up)
+def test_spleen_bundle_posthoc_dropout_and_tta_variants(cpu_bundle_runs):
+    """The first block without the network's dropout plus the ``add_dropout`` block (dropout inserted post hoc), and
+    the TTA block (run by :func:`cpu_bundle_runs`)."""
     for variant in ("posthoc", "tta"):
-        _spleen_check(tmp_path / variant, before[variant])
+        _spleen_check(cpu_bundle_runs["root"] / variant, cpu_bundle_runs["before"][variant])

@@ -7,13 +7,43 @@ study 1's per-case values) and checks that the outputs exist and hold finite num
 from __future__ import annotations
 
 import json
+import sys
 
+import numpy as np
 import pytest
 
 from tests.validation._studies import finite_number as _finite
 from tests.validation._studies import load_study as _load
 
 pytest.importorskip("nilearn")
+
+
+def test_mni152_tissue_is_loaded_once_and_handed_out_as_copies(monkeypatch):
+    """The studies, the training and the cohort exports each load the example: ``load_mni152_tissue`` keeps the last
+    resolution's arrays (nilearn resamples the tissue templates at every load, ~2.5 s of CPU at 2 mm) and hands out
+    copies, so that a caller that changes its arrays changes no later caller's; nilearn is still checked at every
+    call."""
+    from monai_unc.data import mni152
+
+    calls = []
+
+    def fake(datasets, resolution):
+        calls.append(resolution)
+        return {"image": np.zeros((1, 2, 2, 2), np.float32), "spacing": (float(resolution),) * 3}
+
+    monkeypatch.setattr(mni152, "_TISSUE_CACHE", {})
+    monkeypatch.setattr(mni152, "_load_tissue", fake)
+    first = mni152.load_mni152_tissue(2)
+    first["image"][:] = 1.0
+    again = mni152.load_mni152_tissue(2)
+    assert calls == [2] and again["image"].max() == 0.0 and again["spacing"] == (2.0,) * 3
+    mni152.load_mni152_tissue(1)
+    mni152.load_mni152_tissue(2)
+    assert calls == [2, 1, 2]  # the last resolution only
+    monkeypatch.setitem(sys.modules, "nilearn", None)  # `from nilearn import datasets` raises ImportError
+    monkeypatch.setitem(sys.modules, "nilearn.datasets", None)
+    with pytest.raises(ImportError, match="pip install 'nilearn>=0.10.1'"):
+        mni152.load_mni152_tissue(2)
 
 
 
