@@ -42,6 +42,30 @@ def test_mni152_tissue(mni):
         assert (mni["label"][0][side] == 1).sum() > 10000 and (mni["label"][0][side] == 2).sum() > 10000
 
 
+def test_mni152_tissue_is_read_once_and_each_call_gets_its_own_arrays(mni, monkeypatch):
+    """Reading nilearn's templates cost about 2 s of CPU a call, and the demo, the cohort writers and the training
+    load the example several times: later calls reuse the arrays (no template is read again) and each gets copies
+    it may change without changing what the next call returns."""
+    from nilearn import datasets
+
+    first = load_mni152_tissue(resolution=2)  # whatever an earlier test loaded: the arrays are kept from here on
+    reads = []
+    for name in ("load_mni152_template", "load_mni152_gm_template", "load_mni152_wm_template"):
+        real = getattr(datasets, name)
+        monkeypatch.setattr(datasets, name, lambda *a, _r=real, _n=name, **k: reads.append(_n) or _r(*a, **k))
+    first["image"][...] = -1.0
+    first["label"][...] = 7
+    first["right"][...] = False
+    again = load_mni152_tissue(resolution=2)
+    assert reads == []
+    for key in ("image", "label", "probs", "ambiguity", "affine", "left", "right"):
+        np.testing.assert_array_equal(again[key], mni[key])
+        assert again[key].flags.writeable and not np.shares_memory(again[key], first[key]), key
+    assert again["spacing"] == mni["spacing"]
+    with pytest.raises(ValueError, match="resolution"):
+        load_mni152_tissue(resolution=3)
+
+
 def test_hemisphere_masks_follow_affine():
     affine = np.diag([-2.0, 2.0, 2.0, 1.0])
     affine[0, 3] = 9.0  # world x = 9 - 2 i: i <= 4 is right (x >= 0)
