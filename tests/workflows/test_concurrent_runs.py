@@ -1,7 +1,7 @@
 """Two runs into one output folder at the same time (review D): the second is refused before it writes anything.
 
-The second run is another process (``python -c 'monai_unc.cli.main(...)'``) started while the first is inside its
-cases.
+The second run is another process (``monai_unc.cli.main(...)`` in a process of its own: the fixture ``other_process``)
+started while the first is inside its cases.
 
 Both would write the same temporary names and each removes the other's at its start (``clean_partial_files``), so
 the first run's files could be corrupted or lost. A run holds its output folder (:func:`monai_unc.io.output_lock`)
@@ -12,10 +12,13 @@ leaves no lock behind.
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import signal
 import subprocess
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -30,13 +33,72 @@ from tests._holders import ForkedHolder
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _other_process(argv: list[str]) -> tuple[int, str]:
-    """``monai-unc ARGV`` in another process: its exit status and stderr."""
+#: the process that runs the second runs: imports the package's commands once, then reads one JSON line per run
+#: (``[argv, stderr file]``) and forks a fresh copy of itself for it, which runs ``main(argv)`` as ``python -c`` would
+#: (its standard output dropped, its standard error in the file) and exits with its status; it writes that status
+_SERVER = r"""
+import json, os, signal, sys, traceback
+import torch, monai
+from monai_unc.cli import main
+import monai_unc.evaluation, monai_unc.workflows.evaluate, monai_unc.workflows.infer, monai_unc.workflows.report
+for line in sys.stdin:
+    argv, err = json.loads(line)
+    pid = os.fork()
+    if pid == 0:  # the copy: never returns into the loop
+        code = 1
+        signal.alarm(300)  # a run that hangs ends (SIGALRM) and fails its test
+        try:
+            with open(os.devnull, "w") as o, open(err, "w") as e:
+                os.dup2(o.fileno(), 1)
+                os.dup2(e.fileno(), 2)
+            sys.stdout = open(1, "w", buffering=1, closefd=False)
+            sys.stderr = open(2, "w", buffering=1, closefd=False)
+            code = main(argv)
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def other_process():
+    """``run(argv)``: ``monai-unc ARGV`` in another process, its exit status and stderr.
+
+    Each run is a process of its own, forked from one fresh interpreter of this module (:data:`_SERVER`) that
+    imported torch, MONAI and the commands once and runs nothing itself: a clean process as ``python -c`` starts
+    it, with one thread (``OMP_NUM_THREADS=1``), that opens the folder's lock file itself, without paying the 5-8 s
+    of CPU of those imports at every second run. A run that does not end within 300 s is ended (``SIGALRM``)
+    and fails the test.
+    """
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", "import sys; from monai_unc.cli import main; "
-                           "sys.exit(main(sys.argv[1:]))", *argv], capture_output=True, text=True, env=env,
-                          timeout=300)
-    return done.returncode, done.stderr
+    server = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env=env)
+
+    def run(argv: list[str]) -> tuple[int, str]:
+        with tempfile.TemporaryDirectory() as tmp:
+            err = Path(tmp) / "stderr"
+            server.stdin.write(json.dumps([argv, str(err)]) + "\n")
+            server.stdin.flush()
+            ready, _, _ = select.select([server.stdout], [], [], 360)
+            status = server.stdout.readline().strip() if ready else ""
+            if not status:
+                server.kill()
+                pytest.fail(f"the server of the second run {argv[0]} did not answer within 360 s (or it ended)")
+            return int(status), err.read_text() if err.exists() else ""
+
+    try:
+        yield run
+    finally:
+        server.kill()
+        server.wait()
+        server.stdin.close()
+        server.stdout.close()
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +116,7 @@ def _evaluate(cohort, out):
 
 
 @pytest.mark.slow
-def test_a_second_evaluate_into_a_busy_folder_is_refused(cohort, tmp_path, monkeypatch, capsys):
+def test_a_second_evaluate_into_a_busy_folder_is_refused(cohort, tmp_path, monkeypatch, capsys, other_process):
     from monai_unc.evaluation import runner
 
     out, alone = tmp_path / "eval", tmp_path / "alone"
@@ -63,7 +125,7 @@ def test_a_second_evaluate_into_a_busy_folder_is_refused(cohort, tmp_path, monke
 
     def case_then_second_run(files, config, maps=None):
         if not second:  # while the first run is inside its cases: the same command into the same folder
-            second.append(_other_process(_evaluate_argv(cohort, out)))
+            second.append(other_process(_evaluate_argv(cohort, out)))
         return real(files, config, maps)
 
     with warnings.catch_warnings():
@@ -83,7 +145,7 @@ def test_a_second_evaluate_into_a_busy_folder_is_refused(cohort, tmp_path, monke
 
 
 @pytest.mark.slow
-def test_a_second_infer_into_a_busy_folder_is_refused(tmp_path, monkeypatch, capsys):
+def test_a_second_infer_into_a_busy_folder_is_refused(tmp_path, monkeypatch, capsys, other_process):
     from monai_unc.workflows import infer
 
     toy = toy_infer_files(tmp_path / "toy", n_cases=2)
@@ -93,7 +155,7 @@ def test_a_second_infer_into_a_busy_folder_is_refused(tmp_path, monkeypatch, cap
 
     def case_then_second_run(*args, **kwargs):
         if not second:
-            second.append(_other_process(["infer", "-i", str(toy["images"]), "-o", str(out), "--network",
+            second.append(other_process(["infer", "-i", str(toy["images"]), "-o", str(out), "--network",
                                           str(toy["spec"]), "--checkpoint", str(toy["ckpt"]), "--samples", "3",
                                           "--device", "cpu", "--quiet", "--seed", "0"]))
         return real(*args, **kwargs)
@@ -109,13 +171,11 @@ def test_a_second_infer_into_a_busy_folder_is_refused(tmp_path, monkeypatch, cap
 
 
 @pytest.mark.slow
-def test_a_second_infer_while_the_first_writes_its_dicom_objects_is_refused(tmp_path, monkeypatch):
+def test_a_second_infer_while_the_first_writes_its_dicom_objects_is_refused(tmp_path, monkeypatch, other_process):
     """``infer --output-format both`` wrote its DICOM objects after the folder's lock was released: a second run into
     the folder could then rewrite the NIfTI outputs the export was reading, or its objects. The folder stays the first
     run's until its last DICOM object (and ``dicom_export.json``) is written."""
     pytest.importorskip("highdicom", reason="needs the dicom extra")
-    import json
-
     import torch
     from monai.networks.nets import UNet
 
@@ -136,7 +196,7 @@ def test_a_second_infer_while_the_first_writes_its_dicom_objects_is_refused(tmp_
 
     def export_then_second_run(*args, **kwargs):
         if not second:  # while the first run writes its DICOM objects: the same command into the same folder
-            second.append(_other_process(argv))
+            second.append(other_process(argv))
         return real(*args, **kwargs)
 
     monkeypatch.setattr(dicom, "_export_case", export_then_second_run)
@@ -201,7 +261,7 @@ def test_a_triage_into_an_evaluation_folder_is_refused(cohort, tmp_path, capsys)
 
 
 @pytest.mark.slow
-def test_a_second_triage_while_the_first_writes_its_page_is_refused(cohort, tmp_path, monkeypatch):
+def test_a_second_triage_while_the_first_writes_its_page_is_refused(cohort, tmp_path, monkeypatch, other_process):
     """The folder stays the first run's until ``triage.html`` is written (after the engine's cohort step)."""
     from monai_unc.workflows import report
 
@@ -215,7 +275,7 @@ def test_a_second_triage_while_the_first_writes_its_page_is_refused(cohort, tmp_
     second: list[tuple[int, str]] = []
 
     def page_then_second_run(*args, **kwargs):
-        second.append(_other_process(argv))
+        second.append(other_process(argv))
         return real(*args, **kwargs)
 
     monkeypatch.setattr(report, "build_triage_page", page_then_second_run)
