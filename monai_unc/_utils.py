@@ -2321,6 +2321,67 @@ def reemit_warning(caught: warnings.WarningMessage) -> None:
     warnings.warn_explicit(message, category, caught.filename, caught.lineno, registry=None, **where)
 
 
+#: the warnings said so far inside :func:`each_warning_once` (``(category, text)``), per thread and task; None outside
+_SAID_ONCE: contextvars.ContextVar[set[tuple[type, str]] | None] = contextvars.ContextVar("monai_unc_said_once",
+                                                                                         default=None)
+
+
+@contextlib.contextmanager
+def each_warning_once() -> Iterator[None]:
+    """Inside, a warning of :func:`warn_once_inside` is said the first time only; also a decorator
+    (``@each_warning_once()``).
+
+    For a command whose steps read the same input several times (a report reads an evaluation's ``summary.json`` in
+    its checks, its page and the summary it computes again): a warning about that input is said when first found, at
+    once (an error under ``-W error`` stops the command there), and not again. Unlike :func:`said_once_per_call`,
+    nothing is held: what a step records with ``warnings.catch_warnings(record=True)`` (a summary's list of warnings)
+    is recorded as before. Nested blocks share the outermost block's record.
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     with each_warning_once():
+        ...         for _ in range(3):
+        ...             warn_once_inside("summary.json: an empty class name")
+        >>> [str(w.message) for w in caught]
+        ['summary.json: an empty class name']
+    """
+    if _SAID_ONCE.get() is not None:
+        yield
+        return
+    token = _SAID_ONCE.set(set())
+    try:
+        yield
+    finally:
+        _SAID_ONCE.reset(token)
+
+
+def warn_once_inside(message: str, category: type[Warning] = UserWarning, stacklevel: int = 1) -> None:
+    """:func:`warnings.warn`, but inside :func:`each_warning_once` only the first time for its category and text.
+
+    Args:
+        message: the warning's text.
+        category: its class.
+        stacklevel: as :func:`warnings.warn`'s, counted from the caller of this function.
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warn_once_inside("said")  # outside a block: every time, as warnings.warn
+        ...     warn_once_inside("said")
+        >>> len(caught)
+        2
+    """
+    said = _SAID_ONCE.get()
+    if said is not None:
+        if (category, message) in said:
+            return
+        said.add((category, message))
+    warnings.warn(message, category, stacklevel=stacklevel + 1)
+
+
 def keep_user_warnings(caught: Sequence[warnings.WarningMessage]) -> list[warnings.WarningMessage]:
     """The ``UserWarning`` s among recorded warnings, every other one issued again as raised (:func:`reemit_warning`).
 

@@ -3,8 +3,9 @@
 Found by review 71: ``monai-unc report`` on an evaluation whose ``summary.json`` records an empty class name (written
 by an earlier version) said the warning four times, six with ``--budget``: the command's checks, the page's reading
 of the evaluation and the summary computed again each read the recorded options. ``run_report`` and
-``build_report`` now hold the warnings of their call and say each once (``_utils.once_per_call``), and the command
-line shows such a warning, attributed to the line that called ``main``, as its one line.
+``build_report`` now say it the first time only (``_utils.each_warning_once``), at once, holding nothing back; and
+the command line shows a warning the package holds for one call and says once (attributed to the first line outside
+the package that called ``main``) as its one line.
 """
 
 from __future__ import annotations
@@ -48,12 +49,36 @@ def test_the_command_says_it_once_in_its_line(evaluation, tmp_path, capsys, budg
     assert not [str(w.message) for w in caught if WARNING in str(w.message)]
 
 
-def test_build_report_says_it_once_at_the_users_line(evaluation, tmp_path):
+def test_build_report_says_it_once(evaluation, tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         build_report(evaluation, tmp_path / "page", n_cases=0)
     said = [w for w in caught if WARNING in str(w.message)]
-    assert [(w.category, w.filename) for w in said] == [(UserWarning, __file__)]
+    assert [w.category for w in said] == [UserWarning]
+
+
+def test_the_report_holds_no_warning_back(evaluation, tmp_path, monkeypatch):
+    """Found by the review of the first fix, which held every warning of the call to its end: the summary computed
+    again inside run_report (--budget) recorded none of the package's warnings (its list on the page lost them), the
+    deprecation of build_report(budget=...) named a line of the package, and warnings came after the page."""
+    import monai_unc.workflows.report as workflow
+    from monai_unc._utils import warn_nan
+
+    def resummarize(state, saved, budget, **options):  # records the warnings of its metrics, as summarize does
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            warn_nan("referral_curve: every case referred")
+        return {**saved, "warnings": [str(w.message) for w in caught]}
+
+    got = {}
+    monkeypatch.setattr(workflow, "resummarize", resummarize)
+    monkeypatch.setattr(workflow, "build_report", lambda *args, summary=None, **kwargs: got.setdefault("s", summary))
+    workflow.run_report(evaluation, tmp_path / "page", budget=0.3, cases=0)
+    assert got["s"]["warnings"] == ["referral_curve: every case referred"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build_report(evaluation, tmp_path / "old", budget=0.3, n_cases=0)
+    assert [w.filename for w in caught if issubclass(w.category, DeprecationWarning)] == [__file__]
 
 
 def test_the_command_line_shows_a_warning_at_its_entry_as_its_line(capsys, monkeypatch):

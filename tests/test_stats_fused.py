@@ -423,13 +423,15 @@ calls = []
 _outputs = S.fused_accumulate_outputs
 S.fused_accumulate_outputs = lambda *a, **k: calls.append(1) or _outputs(*a, **k)
 # two 8^3 windows that overlap along x (half of each; 12 x 10 x 14 took 12 windows): the claim is about the
-# overlap, not the number of windows, and the interpreter's time grows with the windows
+# overlap, not the number of windows, and the interpreter's time grows with the windows; one window per network
+# call (sw_batch_size 1), so that a sample's overlapping windows come from two calls, as the 12 windows in three
+# calls of 4 did
 x = torch.randn(1, 1, 12, 8, 8, generator=g)
 for act, out in (("softmax", 3), ("sigmoid", 3), ("sigmoid", 1)):
     torch.manual_seed(0)
     calls.clear()
     res = MCDropoutInferer(4, activation=act, base_inferer=SlidingWindowInferer(
-        (8, 8, 8), sw_batch_size=4, overlap=0.5, mode="gaussian"))(x, Inert(out))
+        (8, 8, 8), sw_batch_size=1, overlap=0.5, mode="gaussian"))(x, Inert(out))
     assert calls, (act, out)
     assert float(res["mutual_information"].abs().max()) == 0, (act, out, float(res["mutual_information"].max()))
     assert float(res["window_disagreement"].max()) > 1e-3, (act, out)

@@ -12,6 +12,8 @@ apart (docs/data.md) is:
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 __all__ = ["TISSUE_CLASSES", "load_mni152_tissue", "hemisphere_masks", "tissue_ambiguity"]
@@ -111,16 +113,20 @@ def load_mni152_tissue(resolution: int = 2) -> dict:
     if resolution not in (1, 2):
         raise ValueError(f"resolution must be 1 or 2 (mm), got {resolution}")
     datasets = _nilearn_datasets()  # every call, cached or not: without a working nilearn it says what to install
-    if resolution not in _TISSUE_CACHE:
-        _TISSUE_CACHE.clear()  # the last resolution only (about 30 MB at 2 mm, 250 MB at 1 mm)
-        _TISSUE_CACHE[resolution] = _load_tissue(datasets, resolution)
+    with _TISSUE_LOCK:  # threads asking for either resolution at once: one load each, never a half-switched cache
+        kept = _TISSUE_CACHE.get(resolution)
+        if kept is None:
+            kept = _load_tissue(datasets, resolution)
+            _TISSUE_CACHE.clear()  # the last resolution only (about 30 MB at 2 mm, 250 MB at 1 mm)
+            _TISSUE_CACHE[resolution] = kept
     # copies: a caller may change its arrays in place
-    return {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in _TISSUE_CACHE[resolution].items()}
+    return {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in kept.items()}
 
 
 #: :func:`load_mni152_tissue`'s arrays of the last resolution asked for: nilearn resamples the tissue templates at
 #: every load (about 2 s of CPU at 2 mm), and the training, the cohorts and the example exports each load them
 _TISSUE_CACHE: dict[int, dict] = {}
+_TISSUE_LOCK = threading.Lock()
 
 
 def _load_tissue(datasets, resolution: int) -> dict:

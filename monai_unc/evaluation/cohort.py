@@ -28,10 +28,10 @@ from .._utils import (
     is_real,
     is_text_list,
     keep_user_warnings,
-    say_warning,
     share_count,
     unique_json_keys,
     warn_nan,
+    warn_once_inside,
 )
 from ..io import (
     LIBRARIES_KEY,
@@ -1202,9 +1202,10 @@ def _summary_config(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
         # dice_class: read it as the class named "class", of that column, so that the folder stays readable
         blank = [i for i, n in enumerate(names) if isinstance(n, str) and not n.strip()]
         if say:
-            # held inside a report (once_per_call): the page's steps read the summary several times
-            say_warning(f"summary.json records an empty class name (class_names{blank}): read as 'class', the name of "
-                        "its column dice_class (new evaluations refuse empty names)", UserWarning, stacklevel=3)
+            # once in a report (each_warning_once): its checks, its page and its summary each read the options
+            warn_once_inside(f"summary.json records an empty class name (class_names{blank}): read as 'class', the "
+                             "name of its column dice_class (new evaluations refuse empty names)", UserWarning,
+                             stacklevel=3)
         options["class_names"] = ["class" if i in blank else n for i, n in enumerate(names)]
     try:
         cfg = EvaluationConfig(**options)

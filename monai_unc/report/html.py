@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from .._utils import check_integer, once_per_call
+from .._utils import check_integer, each_warning_once
 from ..evaluation import (
     IID_SHIFTS,
     CohortState,
@@ -1233,7 +1233,6 @@ def _made_with(summary: Mapping[str, Any]) -> str:
     return "" if not parts else " · " + " · ".join(parts)
 
 
-@once_per_call  # a warning of the evaluation's summary once, though the page reads it twice
 def build_report(
     evaluation: str | os.PathLike,
     output: str | os.PathLike | None = None,
@@ -1294,7 +1293,9 @@ def build_report(
         input_folder(images, "images", "--images folder")
     # found by hostile testing: two reports at once into one folder (other --budget / --cases) left figures/ with a
     # PNG of the other run's page and a record listing a figure that was not there
-    with output_lock(out_dir, "monai-unc report"):
+    # a warning of the evaluation's summary once, though the page reads it twice (a block, not a decorator: its frame
+    # would move the deprecation below, which names build_report's caller)
+    with each_warning_once(), output_lock(out_dir, "monai-unc report"):
         return _write_report(evaluation, out_dir, budget, images, n_cases, title, viewer, summary, risk_options,
                              convention)
 

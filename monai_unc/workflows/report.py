@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .._utils import once_per_call, refusing
+from .._utils import each_warning_once, refusing
 from ..engine import get_dist_context, sync_errors
 from ..evaluation import load_evaluation, resummarize, run_triage
 from ..evaluation.config import STATE_DIR
@@ -122,7 +122,6 @@ def _evaluation_case_folders(folder: str | os.PathLike) -> list[Path]:
     return sorted(folders)
 
 
-@once_per_call  # a warning of the evaluation's summary once, though its steps read it several times
 def run_report(
     evaluation: str | os.PathLike,
     output: str | os.PathLike | None = None,
@@ -163,33 +162,36 @@ def run_report(
     Returns:
         The path of ``report.html``.
     """
-    cases = check_overlay_count(cases)
-    convention = check_convention(convention)
-    input_folder(evaluation, "evaluation", "--evaluation folder")
-    cases_file = calibration_cases if isinstance(calibration_cases, (str, os.PathLike)) else None
-    out = Path(output) if output is not None else Path(evaluation) / "report"
-    with refusing("output"):  # the command line names the option (found by a probe: "output folder ... is a file")
-        check_output_folder(out, images)  # not inside the images, writable: before any work
-        check_output_file(out / "report.html", cases_file, what="output")
-        check_inputs_not_written(out, REPORT_WRITES, cases_file, images, what="--output")
-    check_evaluation_folder(evaluation)
-    with refusing("output"):
-        check_output_folder(out, *_evaluation_case_folders(evaluation), writable=False)  # the overlays read them
-    state_dir = (Path(evaluation) / STATE_DIR).resolve()
-    if out.resolve() == state_dir or state_dir in out.resolve().parents:
-        # the evaluation's own records: a resumed evaluate replaces them (found by review: -o EVAL/state was taken)
-        raise ValueError(f"--output {out} lies inside the evaluation's state folder {Path(evaluation) / STATE_DIR}; "
-                         "choose another folder (default: <evaluation>/report)")
-    ids = read_case_list(cases_file) if cases_file is not None else (
-        None if calibration_cases is None else [str(c) for c in calibration_cases])
-    overrides = {"target_risk": target_risk, "delta": delta, "risk": risk, "risk_method": risk_method,
-                 "risk_p_value": risk_p_value, "calibration_cases": ids}
-    summary = None
-    if budget is not None or any(v is not None for v in overrides.values()):  # the cohort summary again
-        state, saved = load_evaluation(evaluation)
-        summary = resummarize(state, saved, budget, **overrides)
-    return build_report(evaluation, output, images=images, n_cases=cases, title=title, summary=summary,
-                        convention=convention)
+    # a warning of the evaluation's summary once, though the command's steps read it several times (a block, not a
+    # decorator: its frame would move the warnings that name run_report's caller)
+    with each_warning_once():
+        cases = check_overlay_count(cases)
+        convention = check_convention(convention)
+        input_folder(evaluation, "evaluation", "--evaluation folder")
+        cases_file = calibration_cases if isinstance(calibration_cases, (str, os.PathLike)) else None
+        out = Path(output) if output is not None else Path(evaluation) / "report"
+        with refusing("output"):  # the command line names the option (found by a probe: "output folder ... is a file")
+            check_output_folder(out, images)  # not inside the images, writable: before any work
+            check_output_file(out / "report.html", cases_file, what="output")
+            check_inputs_not_written(out, REPORT_WRITES, cases_file, images, what="--output")
+        check_evaluation_folder(evaluation)
+        with refusing("output"):
+            check_output_folder(out, *_evaluation_case_folders(evaluation), writable=False)  # the overlays read them
+        state_dir = (Path(evaluation) / STATE_DIR).resolve()
+        if out.resolve() == state_dir or state_dir in out.resolve().parents:
+            # the evaluation's own records: a resumed evaluate replaces them (found by review: -o EVAL/state was taken)
+            raise ValueError(f"--output {out} lies inside the evaluation's state folder "
+                             f"{Path(evaluation) / STATE_DIR}; choose another folder (default: <evaluation>/report)")
+        ids = read_case_list(cases_file) if cases_file is not None else (
+            None if calibration_cases is None else [str(c) for c in calibration_cases])
+        overrides = {"target_risk": target_risk, "delta": delta, "risk": risk, "risk_method": risk_method,
+                     "risk_p_value": risk_p_value, "calibration_cases": ids}
+        summary = None
+        if budget is not None or any(v is not None for v in overrides.values()):  # the cohort summary again
+            state, saved = load_evaluation(evaluation)
+            summary = resummarize(state, saved, budget, **overrides)
+        return build_report(evaluation, output, images=images, n_cases=cases, title=title, summary=summary,
+                            convention=convention)
 
 
 def triage_with_page(

@@ -7,6 +7,7 @@ table); the two commands still run in a fresh process each, as the benchmark tim
 in one more interpreter only added the start-up of that interpreter (torch and nnU-Net imported, ~5 s)."""
 
 import re
+import subprocess
 import sys
 
 import pytest
@@ -25,6 +26,10 @@ def test_end_to_end_mode_runs_and_finds_the_segmentations_identical(monkeypatch,
     monkeypatch.setattr(sys, "argv", ["bench_nnunet.py", "--end-to-end", "--e2e-config", "tiny", "--e2e-cases", "1",
                                       "--repeats", "1", "--e2e-workers", "1"])
     bench = load_benchmark("bench_nnunet")
+    # each timed command is a fresh process the script starts without a time limit: one that hangs fails the test
+    # (subprocess.TimeoutExpired) instead of stalling CI, as the script's own process did under the test's limit
+    run = subprocess.run
+    monkeypatch.setattr(bench.subprocess, "run", lambda *args, **kwargs: run(*args, **{"timeout": 600, **kwargs}))
     threads = torch.get_num_threads()
     try:
         with torch.random.fork_rng():  # the script seeds torch's generator and sets the thread count

@@ -349,15 +349,16 @@ def test_estimate_memory_within_15_percent_of_measured_peak():
     Peak RSS is the process's own (other processes on the machine do not change it, unlike free memory; tracemalloc
     would not see torch's allocations); the network's activations are given as 100 bytes per window voxel.
 
-    Found by hostile testing, and guarded by the modes ``sw_batch`` (four windows per network call: the estimate
-    ignored ``sw_batch_size``, -45 % at four windows), ``ensemble`` (three members: the earlier members' statistics,
-    held while the next member is stitched, were not counted, -37 %) and ``one_pass`` (``SimpleInferer``: the network's
-    activations were counted beside the probabilities, which exist only after they are freed, and in the final phase
-    as well, +24 %) and ``transforms`` (review 68: three MONAI invertible transforms; the copies of each output row
-    that its inversion makes were left out, -27 %) and ``shared_transforms`` (review 69: MC dropout beside two
-    invertible transforms under shared passes, replays of four samples; the replay and the inversion after it were
-    added, +13 %) and ``shared_one_window`` (review 69: shared passes in one window that covers the case; MONAI's
-    buffers, allocated once the window has returned, were added to the window's work, +33 %).
+    Found by hostile testing, and guarded by the modes ``sw_batch`` (four windows per network call: the estimate ignored
+    ``sw_batch_size``, -61 % at four windows on the 54^3 case of :data:`SIZES`), ``ensemble`` (three members: the
+    earlier members' statistics, held while the next member is stitched, were not counted, -31 % at 54^3) and
+    ``one_pass`` (``SimpleInferer``: the network's activations were counted beside the probabilities, which exist only
+    after they are freed, and in the final phase as well, +24 %) and ``transforms`` (review 68: three MONAI invertible
+    transforms; the copies of each output row that its inversion makes were left out, -39 % at 54^3) and
+    ``shared_transforms`` (review 69: MC dropout beside two invertible transforms under shared passes, replays of four
+    samples; the replay and the inversion after it were added, +13 %) and ``shared_one_window`` (review 69: shared
+    passes in one window that covers the case; MONAI's buffers, allocated once the window has returned, were added to
+    the window's work, +33 % at 72^3, the same share of the voxels at 54^3: the window is the case).
 
     One test for the modes, not one per mode: the measurement is one process, and pytest-xdist would otherwise
     hand the modes to both workers, one of which then waits (about 35 s) for the other's measurement."""

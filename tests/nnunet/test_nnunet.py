@@ -1054,9 +1054,11 @@ def test_end_to_end_cpu_docs_example_and_stock_agreement(tmp_path, monkeypatch):
                    "--save_probabilities"])
     threads = torch.get_num_threads()
     torch.set_num_threads(2)  # not the CLI's count (1, above), so that a count left behind would show
-    assert run(args) == 0
-    assert torch.get_num_threads() == 2  # the CLI's thread count is not left behind in this process
-    torch.set_num_threads(threads)
+    try:
+        assert run(args) == 0
+        assert torch.get_num_threads() == 2  # the CLI's thread count is not left behind in this process
+    finally:
+        torch.set_num_threads(threads)
     cli_cfg = json.loads((tmp_path / "cli" / "uncertainty_config.json").read_text())
     assert cli_cfg["num_samples"] is None and cli_cfg["samples_per_voxel"] == 8  # no dropout: no dropout passes
     # ours with folds and mirroring as sources, in memory (the image read with the dataset's reader)

@@ -46,6 +46,37 @@ def test_mni152_tissue_is_loaded_once_and_handed_out_as_copies(monkeypatch):
         mni152.load_mni152_tissue(2)
 
 
+def test_mni152_tissue_of_two_threads_keeps_one_resolution(monkeypatch):
+    """Found by review: a thread asking for 2 mm while another loaded 1 mm cleared the cache between the other's
+    load and its store (both resolutions kept, ~280 MB) or between a check and a read (KeyError). One lock now."""
+    import threading
+
+    from monai_unc.data import mni152
+
+    entered, release = threading.Event(), threading.Event()
+
+    def fake(datasets, resolution):
+        if resolution == 1:
+            entered.set()
+            assert release.wait(30)
+        return {"image": np.full((1, 2, 2, 2), resolution, np.float32)}
+
+    monkeypatch.setattr(mni152, "_TISSUE_CACHE", {})
+    monkeypatch.setattr(mni152, "_load_tissue", fake)
+    got = {}
+    one = threading.Thread(target=lambda: got.setdefault(1, mni152.load_mni152_tissue(1)))
+    two = threading.Thread(target=lambda: got.setdefault(2, mni152.load_mni152_tissue(2)))
+    one.start()
+    assert entered.wait(30)
+    two.start()
+    two.join(0.2)  # the 2 mm load waits for the 1 mm one (it finished here without the lock)
+    release.set()
+    one.join(30)
+    two.join(30)
+    assert got[1]["image"].max() == 1 and got[2]["image"].max() == 2
+    assert len(mni152._TISSUE_CACHE) == 1
+
+
 
 @pytest.mark.slow
 def test_study1_and_study5_tiny(tmp_path, monkeypatch):
