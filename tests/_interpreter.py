@@ -1,9 +1,11 @@
-"""Running a script under Triton's interpreter (``TRITON_INTERPRET=1``) for the tests of the Triton kernels on a CPU.
+"""Scripts in processes of their own, forked from one server process that imported the heavy modules once.
 
-The interpreter must be set before Triton is imported, hence another process than the test's. One such process per
-test process (started at the first script, ended at exit) imports torch, Triton, MONAI and the package once, and forks
-a fresh copy of itself for each script: each script runs in a process of its own, as under ``python -c``, without
-paying the ~5 s of CPU of those imports again.
+A test that needs a fresh process (Triton's interpreter, set before Triton is imported; a second command line run
+beside the test's own, that takes its folder's lock itself) pays ~5-8 s of CPU to import torch, MONAI and the package
+in it. A :class:`ForkServer` imports them once (its prelude) and forks a fresh copy of itself for each script: each
+script runs in a process of its own, as under ``python -c``, without paying those imports again.
+:func:`run_interpreted` runs a script under Triton's interpreter (``TRITON_INTERPRET=1``) for the tests of the Triton
+kernels on a CPU, in one such server per test process (started at the first script, ended at exit).
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ import pytest
 
 from tests._paths import ROOT
 
-#: the process that forks a copy of itself per script: reads one JSON line per script (``[script, stdout file,
-#: stderr file]``), writes the copy's process id, then its exit status, one line each
+#: the process that forks a copy of itself per script: runs its prelude (``sys.argv[1]``: the imports done once for
+#: every copy), then reads one JSON line per script (``[script, stdout file, stderr file]``), writes the copy's process
+#: id, then its exit status, one line each
 _SERVER = r"""
 import json, os, sys, traceback
-import torch, triton, monai, monai_unc, monai_unc._jit, monai_unc._stats_kernels, monai_unc.stats  # once for all
-import monai_unc.inferers, monai_unc.metrics.calibration
+exec(compile(sys.argv[1], "<prelude>", "exec"), {"__name__": "__prelude__", "__builtins__": __builtins__})
 for line in sys.stdin:
     script, out, err = json.loads(line)
     pid = os.fork()
@@ -55,40 +57,76 @@ for line in sys.stdin:
     print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
 """
 
-_server: subprocess.Popen | None = None
-_pending = bytearray()  # what was read of the server's standard output beyond the last line returned
+
+class ForkServer:
+    """A server process (:data:`_SERVER`) that runs ``prelude`` once and forks a copy of itself per script.
+
+    Args:
+        prelude: Python code run once in the server (the imports every copy inherits); it must run nothing that
+            starts threads (torch's intra-op pool, a CUDA context), which a forked copy would not have.
+        env: the server's environment (its copies inherit it); the repository root is its working folder.
+    """
+
+    def __init__(self, prelude: str, env: dict[str, str]) -> None:
+        self.prelude, self.env = prelude, env
+        self._process: subprocess.Popen | None = None
+        self._pending = bytearray()  # what was read of the server's standard output beyond the last line returned
+
+    def stop(self) -> None:
+        """End the server (a later :meth:`run` starts another)."""
+        if self._process is not None:
+            if self._process.poll() is None:
+                self._process.kill()
+                self._process.wait()
+            self._process.stdin.close()
+            self._process.stdout.close()
+
+    def _started(self) -> subprocess.Popen:
+        if self._process is None or self._process.poll() is not None:
+            self._process = subprocess.Popen([sys.executable, "-c", _SERVER, self.prelude], stdin=subprocess.PIPE,
+                                             stdout=subprocess.PIPE, bufsize=0, env=self.env, cwd=ROOT)
+            self._pending.clear()
+            atexit.register(self.stop)
+        return self._process
+
+    def _line(self, deadline: float) -> str:
+        """The next line of the server's standard output; ``""`` at the deadline or when it ended."""
+        fd = self._process.stdout.fileno()
+        while b"\n" not in self._pending:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            chunk = os.read(fd, 4096) if ready else b""
+            if not chunk:
+                return ""
+            self._pending.extend(chunk)
+        line, _, rest = bytes(self._pending).partition(b"\n")
+        self._pending[:] = rest
+        return line.decode()
+
+    def run(self, script: str, timeout: float) -> tuple[int, str, str]:
+        """``script`` in a fresh copy of the server: ``(exit status, stdout, stderr)``.
+
+        A script still running after ``timeout`` seconds is killed (the server too) and fails the test.
+        """
+        server = self._started()
+        deadline = time.monotonic() + timeout
+        with tempfile.TemporaryDirectory() as tmp:
+            out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+            server.stdin.write((json.dumps([script, str(out), str(err)]) + "\n").encode())
+            pid = self._line(deadline).strip()
+            rc = self._line(deadline).strip()
+            if not rc:
+                if pid:
+                    os.kill(int(pid), signal.SIGKILL)
+                self.stop()
+                pytest.fail(f"the forked script did not finish within {timeout} s (or its server ended)")
+            return int(rc), out.read_text() if out.exists() else "", err.read_text() if err.exists() else ""
 
 
-def _stop() -> None:
-    if _server is not None and _server.poll() is None:
-        _server.kill()
-        _server.wait()
-
-
-def _started() -> subprocess.Popen:
-    """The process of :data:`_SERVER` of this test process, started on first use."""
-    global _server
-    if _server is None or _server.poll() is not None:
-        env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-        _server = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   bufsize=0, env=env, cwd=ROOT)
-        _pending.clear()
-        atexit.register(_stop)
-    return _server
-
-
-def _line(server: subprocess.Popen, deadline: float) -> str:
-    """The next line of the server's standard output; ``""`` at the deadline or when it ended."""
-    fd = server.stdout.fileno()
-    while b"\n" not in _pending:
-        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-        chunk = os.read(fd, 4096) if ready else b""
-        if not chunk:
-            return ""
-        _pending.extend(chunk)
-    line, _, rest = bytes(_pending).partition(b"\n")
-    _pending[:] = rest
-    return line.decode()
+#: the server of :func:`run_interpreted`: Triton's interpreter, no CUDA device, the checkout importable
+_TRITON = ForkServer(
+    "import torch, triton, monai, monai_unc, monai_unc._jit, monai_unc._stats_kernels, monai_unc.stats\n"
+    "import monai_unc.inferers, monai_unc.metrics.calibration",
+    {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""})
 
 
 def run_interpreted(script: str, timeout: float = 900) -> str:
@@ -98,19 +136,6 @@ def run_interpreted(script: str, timeout: float = 900) -> str:
     Asserts a zero exit status (with the ends of its output in the message) and returns its standard output; a
     script still running after ``timeout`` seconds is killed and fails the test.
     """
-    server = _started()
-    deadline = time.monotonic() + timeout
-    with tempfile.TemporaryDirectory() as tmp:
-        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
-        server.stdin.write((json.dumps([script, str(out), str(err)]) + "\n").encode())
-        pid = _line(server, deadline).strip()
-        rc = _line(server, deadline).strip()
-        if not rc:
-            if pid:
-                os.kill(int(pid), signal.SIGKILL)
-            _stop()
-            pytest.fail(f"the interpreted script did not finish within {timeout} s (or its server ended)")
-        stdout = out.read_text() if out.exists() else ""
-        stderr = err.read_text() if err.exists() else ""
-    assert int(rc) == 0, stdout[-2000:] + stderr[-4000:]
+    rc, stdout, stderr = _TRITON.run(script, timeout)
+    assert rc == 0, stdout[-2000:] + stderr[-4000:]
     return stdout

@@ -14,11 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
-import subprocess
-import sys
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -29,76 +25,36 @@ from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.io import OUTPUT_LOCK_FILE, output_lock
 from tests._cases import run_toy_infer, toy_infer_files
 from tests._holders import ForkedHolder
+from tests._interpreter import ForkServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-#: the process that runs the second runs: imports the package's commands once, then reads one JSON line per run
-#: (``[argv, stderr file]``) and forks a fresh copy of itself for it, which runs ``main(argv)`` as ``python -c`` would
-#: (its standard output dropped, its standard error in the file) and exits with its status; it writes that status
-_SERVER = r"""
-import json, os, signal, sys, traceback
-import torch, monai
-from monai_unc.cli import main
-import monai_unc.evaluation, monai_unc.workflows.evaluate, monai_unc.workflows.infer, monai_unc.workflows.report
-for line in sys.stdin:
-    argv, err = json.loads(line)
-    pid = os.fork()
-    if pid == 0:  # the copy: never returns into the loop
-        code = 1
-        signal.alarm(300)  # a run that hangs ends (SIGALRM) and fails its test
-        try:
-            with open(os.devnull, "w") as o, open(err, "w") as e:
-                os.dup2(o.fileno(), 1)
-                os.dup2(e.fileno(), 2)
-            sys.stdout = open(1, "w", buffering=1, closefd=False)
-            sys.stderr = open(2, "w", buffering=1, closefd=False)
-            code = main(argv)
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
-"""
+#: imported once by the server of the second runs (their copies inherit them; nothing run: no thread started)
+_PRELUDE = "import torch, monai, monai_unc.cli, monai_unc.evaluation, monai_unc.workflows.evaluate\n" \
+    "import monai_unc.workflows.infer, monai_unc.workflows.report"
 
 
 @pytest.fixture(scope="module")
 def other_process():
     """``run(argv)``: ``monai-unc ARGV`` in another process, its exit status and stderr.
 
-    Each run is a process of its own, forked from one fresh interpreter of this module (:data:`_SERVER`) that
-    imported torch, MONAI and the commands once and runs nothing itself: a clean process as ``python -c`` starts
-    it, with one thread (``OMP_NUM_THREADS=1``), that opens the folder's lock file itself, without paying the 5-8 s
-    of CPU of those imports at every second run. A run that does not end within 300 s is ended (``SIGALRM``)
-    and fails the test.
+    Each run is a process of its own, forked from one fresh interpreter of this module (:class:`~tests._interpreter.
+    ForkServer`) that imported torch, MONAI and the commands once and runs nothing itself: a clean process as
+    ``python -c`` starts it, with one thread (``OMP_NUM_THREADS=1``), that opens the folder's lock file itself,
+    without paying the 5-8 s of CPU of those imports at every second run. A run that does not end within 300 s is
+    killed and fails the test.
     """
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    server = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True, env=env)
+    server = ForkServer(_PRELUDE, {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
 
     def run(argv: list[str]) -> tuple[int, str]:
-        with tempfile.TemporaryDirectory() as tmp:
-            err = Path(tmp) / "stderr"
-            server.stdin.write(json.dumps([argv, str(err)]) + "\n")
-            server.stdin.flush()
-            ready, _, _ = select.select([server.stdout], [], [], 360)
-            status = server.stdout.readline().strip() if ready else ""
-            if not status:
-                server.kill()
-                pytest.fail(f"the server of the second run {argv[0]} did not answer within 360 s (or it ended)")
-            return int(status), err.read_text() if err.exists() else ""
+        code, _, err = server.run(f"import sys\nfrom monai_unc.cli import main\nsys.exit(main({argv!r}))", 300)
+        return code, err
 
     try:
         yield run
     finally:
-        server.kill()
-        server.wait()
-        server.stdin.close()
-        server.stdout.close()
+        server.stop()
 
 
 @pytest.fixture(scope="module")
