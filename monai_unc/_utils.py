@@ -2328,8 +2328,11 @@ _SAID_ONCE: contextvars.ContextVar[set[tuple[type, str]] | None] = contextvars.C
 
 @contextlib.contextmanager
 def each_warning_once() -> Iterator[None]:
-    """Inside, a warning of :func:`warn_once_inside` is said the first time only; also a decorator
-    (``@each_warning_once()``).
+    """Inside, a warning of :func:`warn_once_inside` is said the first time only.
+
+    Enter it as a block inside the function (``with each_warning_once():``), not as a decorator: the decorator's
+    frame would sit between the function and its caller, where a warning with a fixed ``stacklevel`` (a
+    deprecation naming the caller) would then point.
 
     For a command whose steps read the same input several times (a report reads an evaluation's ``summary.json`` in
     its checks, its page and the summary it computes again): a warning about that input is said when first found, at
