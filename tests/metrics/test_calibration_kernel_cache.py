@@ -131,10 +131,63 @@ def test_processes_compiling_different_class_counts_at_once_share_one_cache(tmp_
 
 
 def test_the_class_count_is_the_length_of_the_kernels_tuple():
-    # the entry points are cached and locked (monai_unc._jit); one specialisation per class count
+    # the entry points are cached and locked (monai_unc._jit); one specialisation per class count up to
+    # MAX_UNROLLED_CLASSES, None in place of the tuple above (one kernel for every larger count)
     from monai_unc._jit import signature_key
 
     kernels = _cpu_kernel._kernels()(4)
     assert kernels.tables.args == ((0, 1, 2, 3),)
     assert type(kernels.tables.func.dispatcher._cache).__name__ == "FunctionCache"
     assert signature_key(((0, 1, 2, 3),)) != signature_key(((0, 1, 2),))
+    assert _cpu_kernel._kernels()(_cpu_kernel.MAX_UNROLLED_CLASSES + 1).tables.args == (None,)
+
+
+def _many_class_case(n_cls: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Probabilities of ``n_cls`` classes (two cases, 2 x 5 x 7 x 6 voxels), labels and weights with zeros."""
+    g = torch.Generator().manual_seed(n_cls)
+    p = torch.softmax(4.0 * torch.randn(2, n_cls, 5, 7, 6, generator=g, dtype=torch.float64), 1).to(dtype)
+    y = torch.randint(0, n_cls, (2, 1, 5, 7, 6), generator=g)
+    w = torch.rand(2, 1, 5, 7, 6, generator=g, dtype=torch.float64) * (torch.rand(2, 1, 5, 7, 6, generator=g) > 0.1)
+    return p, y, w
+
+
+@pytest.mark.parametrize("n_cls", [9, 23])
+def test_updates_of_more_than_the_unrolled_classes_equal_the_reference(n_cls):
+    """C = 9 and C = 23 (the class-by-class kernel shared by every count above MAX_UNROLLED_CLASSES): the fused update
+    of float32 and float64 probabilities, with and without weights, gives the reference path's counts exactly and
+    its sums within the stated bounds (``assert_equal_histograms``)."""
+    from tests.metrics.test_calibration_kernels import assert_equal_histograms
+    from tests.metrics.test_calibration_kernels_fuzz import fused_off
+
+    for dtype, weighted in ((torch.float32, False), (torch.float64, True)):
+        p, y, w = _many_class_case(n_cls, dtype)
+        kw = {"weights": w} if weighted else {}
+        fused = ConfidenceHistogram(n_cls, n_fine_bins=150, uncertainty=True).update(p, y, **kw)
+        with fused_off():
+            ref = ConfidenceHistogram(n_cls, n_fine_bins=150, uncertainty=True).update(p, y, **kw)
+        assert fused.counts.sum() > 0
+        assert_equal_histograms(fused, ref, y.numel())
+
+
+def test_one_compiled_kernel_serves_every_class_count_above_the_unrolled_ones():
+    """After an update of 9 classes, updates of 13 and 23 classes (same dtypes and weights) compile and load nothing:
+    numba's dispatchers of the table and entropy kernels keep their overloads and cache counters (earlier versions
+    compiled every class count, about 10 s each on an empty cache)."""
+    from monai_unc.metrics.calibration import _numba_histogram as nh
+
+    def update(n_cls: int) -> None:
+        for dtype, weighted in ((torch.float32, False), (torch.float64, True)):
+            p, y, w = _many_class_case(n_cls, dtype)
+            kw = {"weights": w} if weighted else {}
+            ConfidenceHistogram(n_cls, n_fine_bins=150, uncertainty=True).update(p, y, **kw)
+
+    def state() -> list:
+        return [(len(k.overloads), dict(k.stats.cache_hits), dict(k.stats.cache_misses))
+                for k in (nh.tables, nh.entropy_classes)]
+
+    update(9)  # compiled or loaded here, whichever the cache holds
+    before = state()
+    assert all(n >= 2 for n, _, _ in before)  # float32 unweighted and float64 weighted
+    update(13)
+    update(23)
+    assert state() == before

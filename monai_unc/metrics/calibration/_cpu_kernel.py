@@ -6,8 +6,8 @@ compiled pass (numba, the optional ``fast`` extra) over blocks of voxels that st
 
 - one vectorised loop over the voxels reads every class's probability once (the loop over the classes unrolled: one
   kernel is compiled per number of classes up to :data:`MAX_UNROLLED_CLASSES`; more classes take one vectorised loop
-  per class instead), checks it, clips it, computes its bin, and keeps the voxel's top label and value, the value of
-  its reference label and its sum of squares;
+  per class instead, in one kernel compiled for every such count), checks it, clips it, computes its bin, and keeps
+  the voxel's top label and value, the value of its reference label and its sum of squares;
 - one scalar loop per class row adds the block's voxels to that row's counts and value sums, which sit side by side
   (one cache line per update); a count and a hit share one int64 update (the count in the low 32 bits, the hit in
   the high ones, unpacked before 2^32 voxels reach one table); the first and last :data:`EDGE_BINS` bins of a class
@@ -49,11 +49,14 @@ exactly the reference's; its value sums differ by the per-voxel differences, at 
 each, on top of the order of the additions.
 
 The compiled code is in :mod:`._numba_histogram`, imported on the first update (numba is optional and slow to
-import). It is compiled once per machine and number of classes (about 10 s for each count) and kept in numba's disk
-cache; later processes load it (about a second). The number of classes is the length of a tuple the kernels take
-first (one specialisation per count, in which it is a constant: the loops over the classes are unrolled), and the
-first call of each specialisation in a process holds a lock in the cache folder (:func:`monai_unc._jit.cached_kernel`),
-so that processes compiling different counts at once never write one cache index together.
+import). It is compiled once per machine and number of classes up to :data:`MAX_UNROLLED_CLASSES` (about 10 s for
+each count), and once for all larger counts together (the class-by-class path needs no count at compile time: 9,
+14, 20 and 105 classes share one kernel), and kept in numba's disk cache; later processes load it (about a second).
+Up to :data:`MAX_UNROLLED_CLASSES` classes, the number of classes is the length of a tuple the kernels take first (one
+specialisation per count, in which it is a constant: the loops over the classes are unrolled); above, that argument
+is None and the count is the probabilities' first dimension. The first call of each specialisation in a process
+holds a lock in the cache folder (:func:`monai_unc._jit.cached_kernel`), so that processes compiling different
+specialisations at once never write one cache index together.
 
 Without numba (or for other dtypes than float32 / float64) :func:`available` is False and the histogram keeps the
 reference path.
@@ -81,7 +84,8 @@ __all__ = [
     "top_label_limit",
 ]
 
-#: the most classes for which the kernel's loop over the classes is unrolled (one compiled kernel per count)
+#: the most classes for which the kernel's loop over the classes is unrolled (one compiled kernel per count; more
+#: classes share one kernel, compiled once for every count)
 MAX_UNROLLED_CLASSES = 8
 
 #: the first and the last ``EDGE_BINS`` fine bins of a class row have :data:`EDGE_COPIES` slots each in the kernel's
@@ -96,7 +100,18 @@ EDGE_SLOTS = 2 * EDGE_BINS * EDGE_COPIES
 
 
 def available() -> bool:
-    """Whether numba imports (the kernels are compiled once per class count and kept in numba's disk cache)."""
+    """Whether numba imports, so that the fused CPU update can run.
+
+    The kernels are compiled on first use, once per class count up to :data:`MAX_UNROLLED_CLASSES` and once for all
+    larger counts together, and kept in numba's disk cache.
+
+    Returns:
+        True where numba is installed.
+
+    Example:
+        >>> isinstance(available(), bool)
+        True
+    """
     return _kernels() is not None
 
 
@@ -160,10 +175,14 @@ def _factory() -> Callable[[int], _Kernels]:
 
     def kernel(n_cls: int) -> _Kernels:
         if n_cls not in built:
-            # the number of classes as the length of the kernels' first argument: one specialisation per count
-            cls = tuple(range(n_cls))
-            entropy = entropy_voxels if n_cls <= MAX_UNROLLED_CLASSES else entropy_classes
-            built[n_cls] = _Kernels(functools.partial(tables, cls), functools.partial(entropy, cls), logs)
+            if n_cls <= MAX_UNROLLED_CLASSES:
+                # the number of classes as the length of the kernels' first argument: one specialisation per count
+                cls = tuple(range(n_cls))
+                built[n_cls] = _Kernels(functools.partial(tables, cls), functools.partial(entropy_voxels, cls), logs)
+            else:
+                # the class-by-class path: None in place of the tuple, the count from the probabilities' shape (one
+                # kernel for every count above MAX_UNROLLED_CLASSES)
+                built[n_cls] = _Kernels(functools.partial(tables, None), entropy_classes, logs)
         return built[n_cls]
 
     return kernel

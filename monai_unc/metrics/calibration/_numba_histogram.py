@@ -2,19 +2,23 @@
 
 Every function is a module-level compiled function (``cache=True``): numba keeps its machine code in its disk cache
 (``__pycache__`` beside this file, or ``$NUMBA_CACHE_DIR``), so a process loads what an earlier process compiled
-instead of compiling again (a few seconds per number of classes); where numba finds no writable cache folder they are
-compiled in each process (:func:`monai_unc._jit.njit`). The number of classes is the *length* of the
-first argument of the kernels that loop over the classes, ``cls = tuple(range(C))`` (numba type ``UniTuple(int64,
-C)``): each class count is its own specialisation, in which ``len(cls)`` is a constant, so LLVM unrolls the loops
-over the classes and keeps one branch of the choices that depend on it, as it did for the earlier kernels (closures
-over the count, which numba could not cache: it keyed a closure's entry by the pickled values it captures, a
-per-process id for a captured compiled function). The kernels call other functions of this module as globals (never
-captured). Every constant the compiled code uses is defined in this file: numba invalidates a cache entry when the
-source file of its function changes, not when another module does.
+instead of compiling again (a few seconds per kernel); where numba finds no writable cache folder they are compiled in
+each process (:func:`monai_unc._jit.njit`). Up to :data:`._cpu_kernel.MAX_UNROLLED_CLASSES` classes, the number of
+classes is the *length* of the first argument of the kernels that loop over the classes, ``cls = tuple(range(C))``
+(numba type ``UniTuple(int64, C)``): each such class count is its own specialisation, in which ``len(cls)`` is a
+constant, so LLVM unrolls the loops over the classes, as it did for the earlier kernels (closures over the count,
+which numba could not cache: it keyed a closure's entry by the pickled values it captures, a per-process id for a
+captured compiled function). More classes take the class-by-class path, which needs no count at compile time: ``cls``
+is None there (``tables``; ``entropy_classes`` takes no ``cls``) and the count is the probabilities' first dimension,
+so one kernel (per combination of the other arguments' types) serves every count above the unrolled ones. The
+kernels call other functions of this module as globals (never captured). Every constant the compiled code uses is
+defined in this file: numba invalidates a cache entry when the source file of its function changes, not when another
+module does.
 
-The entry points are wrapped by :func:`monai_unc._jit.cached_kernel`: the first call of each signature (of each class
-count) in a process, the only one that may load, compile or save, holds a lock on a file in the cache folder, so that
-processes that compile different class counts at the same time never write one cache index together.
+The entry points are wrapped by :func:`monai_unc._jit.cached_kernel`: the first call of each signature in a process,
+the only one that may load, compile or save, holds a lock on a file in the cache folder, so that processes that
+compile different signatures (class counts up to the unrolled ones, dtypes) at the same time never write one cache
+index together.
 """
 
 from __future__ import annotations
@@ -29,15 +33,9 @@ import numpy as np
 from ..._jit import cached_kernel, njit
 from ._cpu_kernel import EDGE_BINS as _PUBLIC_EDGE_BINS
 from ._cpu_kernel import EDGE_COPIES as _PUBLIC_EDGE_COPIES
-from ._cpu_kernel import MAX_UNROLLED_CLASSES as _PUBLIC_MAX_UNROLLED
 
 __all__ = ["entry_points"]
 
-#: the most classes for which the loops over the classes are unrolled (:data:`._cpu_kernel.MAX_UNROLLED_CLASSES`,
-#: repeated here: a constant of the compiled code must be in this file, see the module docstring)
-MAX_UNROLLED_CLASSES = 8
-if MAX_UNROLLED_CLASSES != _PUBLIC_MAX_UNROLLED:  # pragma: no cover - a guard against editing one of the two
-    raise RuntimeError("_numba_histogram.MAX_UNROLLED_CLASSES must equal _cpu_kernel.MAX_UNROLLED_CLASSES")
 #: the class rows' edge bins (the first and the last EDGE_BINS) each have EDGE_COPIES slots, taken by consecutive
 #: voxels in turn (:data:`._cpu_kernel.EDGE_BINS`, :data:`._cpu_kernel.EDGE_COPIES`, repeated here as above)
 EDGE_BINS = 4
@@ -175,9 +173,8 @@ def true_values(vals, y, p_true):
         p_true[i] = vals[y[i], i]
 
 @_jit
-def count_labels(cls, y):
-    # the labels outside [0, C)
-    NC = len(cls)
+def count_labels(NC, y):
+    # the labels outside [0, NC)
     bad = 0
     for i in range(y.shape[0]):
         yi = y[i]
@@ -204,9 +201,8 @@ def count_values(pc, tol):
     return out, nan
 
 @_jit
-def count_sums(cls, p, b0, m, tol):
-    # the voxels of a failing block whose sum is off 1 by more than tol (NaN included)
-    NC = len(cls)
+def count_sums(NC, p, b0, m, tol):
+    # the voxels of a failing block whose sum over the NC classes is off 1 by more than tol (NaN included)
     bad = 0
     for i in range(m):
         s = 0.0
@@ -293,11 +289,14 @@ def scatter_below(b, v, y, pred, w, it, ft, limit):
 # kills a process that forks after using it): the caller runs the blocks in Python threads (nogil)
 @_jit
 def tables(cls, p, y, w, ent, ent_off, n_fine, top_limit, tol, nll_eps, start, stop, it, ft, scal, flags):
-    # w (weights) and ent (the normalised entropy of voxels ent_off, ent_off + 1, ...) are None or an array: numba
-    # compiles one kernel per combination and prunes the branches of the other (``is None`` tests on arguments
-    # are resolved at compile time); it / ft: the slots of C + 2 rows (int64 and float64 views of one buffer)
-    NC = len(cls)
-    block = UNROLLED_BLOCK if NC <= MAX_UNROLLED_CLASSES else CLASS_BLOCK  # a constant of each specialisation
+    # cls: tuple(range(C)) for C <= MAX_UNROLLED_CLASSES (one specialisation per count: the loops over the classes
+    # unrolled) or None for more classes (one kernel for every count, C = p.shape[0]: the class-by-class path, which
+    # needs no count at compile time). cls, w (weights) and ent (the normalised entropy of voxels ent_off, ent_off +
+    # 1, ...) are None or not: numba compiles one kernel per combination and prunes the branches of the other (``is
+    # None`` tests on arguments are resolved at compile time); it / ft: the slots of C + 2 rows (int64 and float64
+    # views of one buffer)
+    NC = len(cls) if cls is not None else p.shape[0]
+    block = UNROLLED_BLOCK if cls is not None else CLASS_BLOCK  # a constant of each specialisation
     vals = np.empty((NC, block))
     bins = np.empty((NC, block), dtype=np.uint32)
     conf = np.empty(block)
@@ -324,18 +323,18 @@ def tables(cls, p, y, w, ent, ent_off, n_fine, top_limit, tol, nll_eps, start, s
         wb = w[b0 : b0 + m] if w is not None else None
         cf, pr, pt, sqb = conf[:m], pred[:m], p_true[:m], sq[:m]
         tb = top_bins[:m]
-        if NC <= MAX_UNROLLED_CLASSES:  # a constant: LLVM keeps one branch
+        if cls is not None:  # resolved at compile time: each kernel has one of the two branches
             bad, bad_labels = voxels(cls, p, b0, yb, vals, bins, conf, pred, top_bins, p_true, sq, n_fine, tol)
             off = 0
             if bad_labels:
-                labels += count_labels(cls, yb)
+                labels += count_labels(NC, yb)
         else:
             bad = False
             for c in range(NC):
                 pc = p[c, b0 : b0 + m]
                 bad |= class_values(pc, vals[c, :m], bins[c, :m], s[:m], sqb, cf, pr, c, n_fine, tol)
             off = sum_off(s[:m], tol)
-            nl = count_labels(cls, yb)
+            nl = count_labels(NC, yb)
             labels += nl
             if nl == 0:  # the gather reads vals[y]: only with labels in range (else the tables are not used)
                 true_values(vals[:, :m], yb, pt)
@@ -343,7 +342,7 @@ def tables(cls, p, y, w, ent, ent_off, n_fine, top_limit, tol, nll_eps, start, s
         for c in range(NC):
             scatter(bins[c, :m], vals[c, :m], yb, c, wb, it[c], ft[c])
         if bad or off:  # the tables of this call are not used (the caller raises or falls back)
-            invalid += count_sums(cls, p, b0, m, tol)
+            invalid += count_sums(NC, p, b0, m, tol)
             for c in range(NC):
                 out, nn = count_values(p[c, b0 : b0 + m], tol)
                 invalid += out
@@ -423,9 +422,10 @@ def entropy_voxels(cls, p, start, stop, out, log_c, n_fine, margin):
     return near
 
 @_vec
-def entropy_classes(cls, p, start, stop, out, log_c, n_fine, margin):
-    # as entropy_voxels, for NC > MAX_UNROLLED_CLASSES: class by class over blocks of voxels (out accumulates)
-    NC = len(cls)
+def entropy_classes(p, start, stop, out, log_c, n_fine, margin):
+    # as entropy_voxels, for NC > MAX_UNROLLED_CLASSES: class by class over blocks of voxels (out accumulates); the
+    # count is p's first dimension, not a type: one kernel for every count
+    NC = p.shape[0]
     near = False
     for b0 in range(start, stop, CLASS_BLOCK):
         m = min(CLASS_BLOCK, stop - b0)
@@ -457,6 +457,8 @@ def entry_points() -> tuple[Any, Any, Any, Any]:
     """The kernels' entry points, each wrapped by :func:`~monai_unc._jit.cached_kernel` (the module docstring).
 
     Returns:
-        ``(tables, entropy_voxels, entropy_classes, logs)``; the first three take ``cls = tuple(range(C))`` first.
+        ``(tables, entropy_voxels, entropy_classes, logs)``; ``tables`` takes ``cls = tuple(range(C))`` first (None
+        above :data:`._cpu_kernel.MAX_UNROLLED_CLASSES` classes: one kernel for every such count), ``entropy_voxels``
+        the tuple too (up to that many classes), ``entropy_classes`` no ``cls`` (more classes).
     """
     return tuple(cached_kernel(k) for k in (tables, entropy_voxels, entropy_classes, logs))  # type: ignore[return-value]
