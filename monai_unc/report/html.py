@@ -1310,6 +1310,11 @@ class ReadEvaluation:
         summary: its ``summary.json``, as :func:`~monai_unc.evaluation.load_evaluation` returns it.
         digest: the SHA-256 of its ``summary.json``, taken before it was read (None when it could not be read): the
             page's record names it (:data:`REPORT_SOURCE_RECORD`).
+
+    Example:
+        >>> from monai_unc.report.html import ReadEvaluation
+        >>> list(ReadEvaluation.__dataclass_fields__)
+        ['folder', 'state', 'summary', 'digest']
     """
 
     folder: Path

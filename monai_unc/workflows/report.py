@@ -1,8 +1,9 @@
 """``monai-unc report`` and the page of ``monai-unc triage`` as workflows.
 
-The checks before any work, then the report layer (:func:`monai_unc.report.html.build_report`,
-:func:`monai_unc.report.triage.build_triage_page`), so a Python caller gets the command's refusals (a ``ValueError`` or
-``FileNotFoundError`` naming the option).
+The checks before any work, then the report layer (:func:`monai_unc.report.html.write_report`: the page of
+:func:`monai_unc.report.html.build_report` on the evaluation as the checks read it;
+:func:`monai_unc.report.triage.build_triage_page`), so a Python caller gets the command's refusals (a ``ValueError``
+or ``FileNotFoundError`` naming the option).
 """
 
 from __future__ import annotations
