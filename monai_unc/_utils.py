@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import torch
 
+from ._frames import first_frame_outside_package as _first_frame_outside_package
+
 if TYPE_CHECKING:  # MONAI is imported where it is used: the nnU-Net export workers never load it
     from monai.utils import MetricReduction
 
@@ -2525,15 +2527,6 @@ def stderr_line(text: str) -> None:
     sys.stderr.flush()
 
 
-#: this package's folder: the frames of its files are skipped by :func:`user_stacklevel`
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-
-def _in_package(filename: str) -> bool:
-    """Whether a frame's file name is a file of this package (``<stdin>``, ``<doctest ...>``: never)."""
-    return not filename.startswith("<") and os.path.abspath(filename).startswith(_PACKAGE_DIR)
-
-
 def user_stacklevel() -> int:
     """The ``stacklevel`` of :func:`warnings.warn` that names the first caller outside this package.
 
@@ -2551,14 +2544,8 @@ def user_stacklevel() -> int:
         >>> def check():  # in a user's module: the warning names its caller
         ...     warnings.warn("example", UserWarning, stacklevel=user_stacklevel() + 1)
     """
-    frame = sys._getframe(1)
-    level = 1
-    # a frame's file name as the package was imported: ".../tests/../monai_unc/x.py" through sys.path.insert(0,
-    # "tests/..") (normalised here; the frames of a warning only)
-    while frame is not None and _in_package(frame.f_code.co_filename):
-        frame = frame.f_back
-        level += 1
-    return level
+    # the frames of this package's files, as the package was imported or with symbolic links followed (_frames)
+    return _first_frame_outside_package(sys._getframe(1))[1]
 
 
 class _Held:

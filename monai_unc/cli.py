@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import __version__
+from ._frames import first_frame_outside_package, in_package
 from .keys import did_you_mean
 from .product import command_product, command_products
 from .workflows.arguments import add_command_parsers
@@ -438,9 +439,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     # the first line outside the package that led here (the console script's, runpy's for python -m, a user's
     # script's): a warning the package holds for one call and says once (_utils.said_once_per_call) points there
-    caller, package = sys._getframe(1), Path(__file__).resolve().parent
-    while caller.f_back is not None and package in Path(caller.f_code.co_filename).resolve().parents:
-        caller = caller.f_back
+    caller, _ = first_frame_outside_package(sys._getframe(1))  # the one walk of _utils.user_stacklevel too
     entry = (caller.f_code.co_filename, caller.f_lineno)
     try:  # Ctrl-C at any moment, the seconds of imports after parsing included (found by hostile testing: a
         # traceback and death by SIGINT where the line and exit status 130 are promised)
@@ -751,12 +750,7 @@ def _raised_by_a_check(error: BaseException) -> bool:
     if not frames:
         return False
     last = frames[-1]
-    package = Path(__file__).resolve().parent
-    try:
-        inside = Path(last.filename).resolve().is_relative_to(package)
-    except (OSError, ValueError):
-        return False
-    return inside and (last.line or "").lstrip().startswith("raise ")
+    return in_package(last.filename) and (last.line or "").lstrip().startswith("raise ")
 
 
 #: importable module -> what ``pip install`` takes to provide it, where the two names differ: the extra of

@@ -41,18 +41,19 @@ PACKAGE = "monai_unc"
 
 #: layer -> components; a component may import itself and the components of lower layers only
 LAYERS: dict[int, tuple[str, ...]] = {
-    0: ("_utils", "_deprecation", "_compat", "_lazy", "_jit", "_digest", "keys", "state", "_stats_triton"),
-    1: ("monai_unc", "measures", "aggregation", "io", "regions", "activation", "product", "_stats_kernels"),
-    2: ("stats", "metrics", "scores"),
-    3: ("temperature", "networks", "losses"),
-    4: ("inferers",),
-    5: ("transforms", "handlers", "engines", "engine", "data"),
-    6: ("evaluation", "nnunet"),
-    7: ("products", "monitoring"),
-    8: ("report",),
-    9: ("workflows",),
-    10: ("cli",),
-    11: ("__main__",),
+    0: ("_frames",),
+    1: ("_utils", "_deprecation", "_compat", "_lazy", "_jit", "_digest", "keys", "state", "_stats_triton"),
+    2: ("monai_unc", "measures", "aggregation", "io", "regions", "activation", "product", "_stats_kernels"),
+    3: ("stats", "metrics", "scores"),
+    4: ("temperature", "networks", "losses"),
+    5: ("inferers",),
+    6: ("transforms", "handlers", "engines", "engine", "data"),
+    7: ("evaluation", "nnunet"),
+    8: ("products", "monitoring"),
+    9: ("report",),
+    10: ("workflows",),
+    11: ("cli",),
+    12: ("__main__",),
 }
 LAYER_OF = {c: layer for layer, comps in LAYERS.items() for c in comps}
 

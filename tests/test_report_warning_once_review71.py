@@ -72,7 +72,7 @@ def test_the_report_holds_no_warning_back(evaluation, tmp_path, monkeypatch):
 
     got = {}
     monkeypatch.setattr(workflow, "resummarize", resummarize)
-    monkeypatch.setattr(workflow, "build_report", lambda *args, summary=None, **kwargs: got.setdefault("s", summary))
+    monkeypatch.setattr(workflow, "write_report", lambda *args, summary=None, **kwargs: got.setdefault("s", summary))
     workflow.run_report(evaluation, tmp_path / "page", budget=0.3, cases=0)
     assert got["s"]["warnings"] == ["referral_curve: every case referred"]
     with warnings.catch_warnings(record=True) as caught:

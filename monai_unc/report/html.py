@@ -1296,22 +1296,120 @@ def build_report(
     # a warning of the evaluation's summary once, though the page reads it twice (a block, not a decorator: its frame
     # would move the deprecation below, which names build_report's caller)
     with each_warning_once(), output_lock(out_dir, "monai-unc report"):
-        return _write_report(evaluation, out_dir, budget, images, n_cases, title, viewer, summary, risk_options,
-                             convention)
+        return _write_report(read_evaluation(evaluation), out_dir, budget, images, n_cases, title, viewer, summary,
+                             risk_options, convention)
 
 
-def _write_report(evaluation: Path, out_dir: Path, budget: float | None, images: str | os.PathLike | None,
+@dataclass(frozen=True)
+class ReadEvaluation:
+    """An evaluation folder as read once for a page (:func:`read_evaluation`).
+
+    Attributes:
+        folder: the evaluation folder.
+        state: its saved cohort state.
+        summary: its ``summary.json``, as :func:`~monai_unc.evaluation.load_evaluation` returns it.
+        digest: the SHA-256 of its ``summary.json``, taken before it was read (None when it could not be read): the
+            page's record names it (:data:`REPORT_SOURCE_RECORD`).
+
+    Example:
+        >>> from monai_unc.report.html import ReadEvaluation
+        >>> list(ReadEvaluation.__dataclass_fields__)
+        ['folder', 'state', 'summary', 'digest']
+    """
+
+    folder: Path
+    state: CohortState
+    summary: dict[str, Any]
+    digest: str | None
+
+
+def read_evaluation(evaluation: str | os.PathLike) -> ReadEvaluation:
+    """Read an evaluation folder once for a page: the digest of its ``summary.json``, then its state and summary.
+
+    Args:
+        evaluation: the ``--output`` folder of ``monai-unc evaluate``.
+
+    Returns:
+        The :class:`ReadEvaluation`, for :func:`write_report`.
+
+    Raises:
+        FileNotFoundError, ValueError: those of :func:`monai_unc.evaluation.load_evaluation`.
+
+    Example:
+        >>> from monai_unc.report.html import read_evaluation
+        >>> read_evaluation("nowhere")
+        Traceback (most recent call last):
+        ...
+        FileNotFoundError: no summary.json in nowhere: run monai-unc evaluate --output nowhere first
+    """
+    folder = Path(evaluation)
+    digest = _summary_digest(folder)  # before reading: the record names the summary the page shows
+    state, saved = load_evaluation(folder)
+    return ReadEvaluation(folder, state, saved, digest)
+
+
+def write_report(
+    evaluation: ReadEvaluation,
+    output: str | os.PathLike | None = None,
+    *,
+    images: str | os.PathLike | None = None,
+    n_cases: int = 4,
+    title: str = "Uncertainty QC report",
+    viewer: bool = True,
+    summary: Mapping[str, Any] | None = None,
+    convention: str = "neurological",
+) -> Path:
+    """:func:`build_report` on an evaluation already read (:func:`read_evaluation`): the page shows that reading.
+
+    ``monai-unc report`` reads the evaluation once, for its checks, the summary it computes again and the page.
+
+    Args:
+        evaluation: the evaluation as read.
+        output: report folder (default ``<evaluation>/report``).
+        images: folder of the input images for the overlays.
+        n_cases: overlays for this many of the most uncertain cases (plus the most certain one).
+        title: the page title.
+        viewer: embed the interactive 3D viewer.
+        summary: the cohort summary to show (default: the one read).
+        convention: how the case figures and the viewers draw the patient's sides.
+
+    Returns:
+        The path of ``report.html``.
+
+    Raises:
+        TypeError: ``evaluation`` is not a :class:`ReadEvaluation`; ``convention`` is not a str.
+        ValueError, FileNotFoundError: those of :func:`build_report`.
+
+    Example:
+        >>> from monai_unc.report.html import write_report
+        >>> write_report("eval")
+        Traceback (most recent call last):
+        ...
+        TypeError: evaluation must be a ReadEvaluation (read_evaluation(folder)), got str
+    """
+    if not isinstance(evaluation, ReadEvaluation):
+        raise TypeError(f"evaluation must be a ReadEvaluation (read_evaluation(folder)), got "
+                        f"{type(evaluation).__name__}")
+    n_cases = check_integer(n_cases, "n_cases", 0)
+    convention = check_convention(convention)
+    out_dir = Path(output) if output is not None else evaluation.folder / "report"
+    if images is not None:
+        input_folder(images, "images", "--images folder")
+    with each_warning_once(), output_lock(out_dir, "monai-unc report"):
+        return _write_report(evaluation, out_dir, None, images, n_cases, title, viewer, summary, {}, convention)
+
+
+def _write_report(read: ReadEvaluation, out_dir: Path, budget: float | None, images: str | os.PathLike | None,
                   n_cases: int, title: str, viewer: bool, summary: Mapping[str, Any] | None,
                   risk_options: dict[str, Any], convention: str = "neurological") -> Path:
-    """:func:`build_report`'s work, its report folder held.
+    """:func:`build_report`'s work, its report folder held, on the evaluation as read (:func:`read_evaluation`).
 
     The evaluation is read once; an ``evaluate`` of another process that rewrites it meanwhile (its folder is held by
     that run, not by the report) is found when the page is written: the page and its record are removed again and
     the report refused in one line (in earlier versions, with two runs at once, the record named
     the digest of the new ``summary.json``, read at the end, so the page of the earlier evaluation was kept for good).
     """
-    digest = _summary_digest(evaluation)  # before reading: the record names the summary the page shows
-    state, saved = load_evaluation(evaluation)
+    evaluation, state, saved, digest = read.folder, read.state, read.summary, read.digest
     if summary is None and (budget is not None or any(v is not None for v in risk_options.values())):
         warnings.warn("build_report(budget=..., target_risk=..., ...) is deprecated: the report renders a summary, it "
                       "computes none; pass summary=monai_unc.evaluation.resummarize(...) (monai-unc report --budget "

@@ -1,8 +1,9 @@
 """``monai-unc report`` and the page of ``monai-unc triage`` as workflows.
 
-The checks before any work, then the report layer (:func:`monai_unc.report.html.build_report`,
-:func:`monai_unc.report.triage.build_triage_page`), so a Python caller gets the command's refusals (a ``ValueError`` or
-``FileNotFoundError`` naming the option).
+The checks before any work, then the report layer (:func:`monai_unc.report.html.write_report`: the page of
+:func:`monai_unc.report.html.build_report` on the evaluation as the checks read it;
+:func:`monai_unc.report.triage.build_triage_page`), so a Python caller gets the command's refusals (a ``ValueError``
+or ``FileNotFoundError`` naming the option).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from .._utils import each_warning_once, refusing
 from ..engine import get_dist_context, sync_errors
-from ..evaluation import load_evaluation, resummarize, run_triage
+from ..evaluation import resummarize, run_triage
 from ..evaluation.config import STATE_DIR
 from ..evaluation.triage import TriageResult
 from ..io import (
@@ -29,7 +30,7 @@ from ..io import (
     output_lock,
 )
 from ..io.signing import Trust
-from ..report.html import REPORT_SOURCE_RECORD, build_report
+from ..report.html import REPORT_SOURCE_RECORD, ReadEvaluation, read_evaluation, write_report
 from ..report.triage import build_triage_page
 from ..report.viewer import ASSET_DIR, check_convention
 from .apply import apply_beside_triage, check_beside_triage, remove_stale_beside_triage, rules_from_options
@@ -77,12 +78,32 @@ def check_evaluation_folder(folder: str | os.PathLike) -> Path:
         ValueError: a corrupt file, one this user may not read, an evaluation whose last run had failed cases, or
             one another run is still writing (an ``evaluate`` holding the folder:
             :func:`monai_unc.io.output_lock_holder`).
+
+    Example:
+        >>> from monai_unc.workflows.report import check_evaluation_folder
+        >>> check_evaluation_folder("nowhere")
+        Traceback (most recent call last):
+        ...
+        FileNotFoundError: ...
+    """
+    return _checked_evaluation(folder).folder
+
+
+def _checked_evaluation(folder: str | os.PathLike) -> ReadEvaluation:
+    """:func:`check_evaluation_folder`, returning what it read: ``monai-unc report`` reads the evaluation once.
+
+    Args:
+        folder: the ``--output`` folder of ``monai-unc evaluate``.
+
+    Returns:
+        The evaluation as read (:func:`monai_unc.report.html.read_evaluation`), its folder a
+        :class:`~pathlib.Path`.
     """
     folder = input_folder(folder, "evaluation", "--evaluation folder")
     # an evaluate still writing it: said first, not as a missing summary.json
     check_not_being_written(folder, what=f"the evaluation in {folder}", then=", then make the report")
     try:
-        load_evaluation(folder)
+        read = read_evaluation(folder)
     except FileNotFoundError:  # the loader's own message: no summary.json / rows.json, run evaluate first
         raise
     except Exception as e:
@@ -97,23 +118,22 @@ def check_evaluation_folder(folder: str | os.PathLike) -> Path:
                              "ask its owner for read access (or run the report as the user who evaluated)") from None
         raise ValueError(f"cannot read the evaluation in {folder}: {error_text(e)} (a truncated or corrupt "
                          "file?); run monai-unc evaluate again") from None
-    return folder
+    return read
 
 
-def _evaluation_case_folders(folder: str | os.PathLike) -> list[Path]:
+def _evaluation_case_folders(evaluation: ReadEvaluation) -> list[Path]:
     """The folders of the case files an evaluation read (labels, predictions, maps, images), as its state records them.
 
     The report's overlays read these files again, so its output may not lie inside one of them.
 
     Args:
-        folder: the ``--output`` folder of ``monai-unc evaluate`` (:func:`check_evaluation_folder` first).
+        evaluation: the evaluation as read (:func:`_checked_evaluation`).
 
     Returns:
         The distinct folders, sorted.
     """
-    state, _ = load_evaluation(folder)
     folders: set[Path] = set()
-    for record in state.files.values():
+    for record in evaluation.state.files.values():
         files = CaseFiles.from_json(record)
         for path in (files.label, files.seg, files.probs, files.image,
                      *(x for f in files.maps.values() for x in (f if isinstance(f, tuple) else (f,)))):
@@ -162,8 +182,9 @@ def run_report(
     Returns:
         The path of ``report.html``.
     """
-    # a warning of the evaluation's summary once, though the command's steps read it several times (a block, not a
-    # decorator: its frame would move the warnings that name run_report's caller)
+    # a warning of the evaluation's summary once: the folder is read once, but its recorded options are made into a
+    # configuration three times (the reading's check, the summary computed again, the page's), each saying an empty
+    # class name (a block, not a decorator: its frame would move the warnings that name run_report's caller)
     with each_warning_once():
         cases = check_overlay_count(cases)
         convention = check_convention(convention)
@@ -174,9 +195,9 @@ def run_report(
             check_output_folder(out, images)  # not inside the images, writable: before any work
             check_output_file(out / "report.html", cases_file, what="output")
             check_inputs_not_written(out, REPORT_WRITES, cases_file, images, what="--output")
-        check_evaluation_folder(evaluation)
+        read = _checked_evaluation(evaluation)  # the one reading: the checks, the summary again and the page use it
         with refusing("output"):
-            check_output_folder(out, *_evaluation_case_folders(evaluation), writable=False)  # the overlays read them
+            check_output_folder(out, *_evaluation_case_folders(read), writable=False)  # the overlays read them
         state_dir = (Path(evaluation) / STATE_DIR).resolve()
         if out.resolve() == state_dir or state_dir in out.resolve().parents:
             # the evaluation's own records: a resumed evaluate replaces them (found by review: -o EVAL/state was taken)
@@ -188,9 +209,8 @@ def run_report(
                      "risk_p_value": risk_p_value, "calibration_cases": ids}
         summary = None
         if budget is not None or any(v is not None for v in overrides.values()):  # the cohort summary again
-            state, saved = load_evaluation(evaluation)
-            summary = resummarize(state, saved, budget, **overrides)
-        return build_report(evaluation, output, images=images, n_cases=cases, title=title, summary=summary,
+            summary = resummarize(read.state, read.summary, budget, **overrides)
+        return write_report(read, out, images=images, n_cases=cases, title=title, summary=summary,
                             convention=convention)
 
 
