@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.monai-unc-installed
 # modules whose docstring examples run as doctests (the public API documented with Google-style docstrings)
-DOCTEST_PATHS := monai_unc/_lazy.py monai_unc/_stats_kernels.py monai_unc/metrics monai_unc/inferers monai_unc/networks monai_unc/losses monai_unc/regions.py monai_unc/stats.py \
+DOCTEST_PATHS := monai_unc/_frames.py monai_unc/_lazy.py monai_unc/_stats_kernels.py monai_unc/metrics monai_unc/inferers monai_unc/networks monai_unc/losses monai_unc/regions.py monai_unc/stats.py \
 	monai_unc/measures.py monai_unc/aggregation.py monai_unc/activation.py monai_unc/scores.py monai_unc/temperature.py \
 	monai_unc/report/markup.py monai_unc/report/notebook.py monai_unc/report/plots.py monai_unc/report/triage.py \
 	monai_unc/report/viewer.py monai_unc/report/palette.py monai_unc/io monai_unc/nnunet monai_unc/data/synthetic.py monai_unc/data/mni152.py \
