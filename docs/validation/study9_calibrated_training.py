@@ -64,7 +64,7 @@ import _mni152 as M  # noqa: E402
 import _toy as T  # noqa: E402
 
 from monai_unc.data import load_mni152_tissue, make_toy_dataset  # noqa: E402
-from monai_unc.data.training import train_tissue_model  # noqa: E402
+from monai_unc.data.training import hemisphere_dice, train_tissue_model  # noqa: E402
 from monai_unc.inferers import MCDropoutInferer  # noqa: E402
 from monai_unc.io import atomic_write_text  # noqa: E402
 from monai_unc.metrics import aurc, boundary_aware_ece  # noqa: E402
@@ -99,6 +99,8 @@ def evaluate_network(net: torch.nn.Module, record: dict, args: argparse.Namespac
     data = load_mni152_tissue(resolution=2)
     splits = s2.make_splits(data, slab=8, subsample=args.subsample)
     logits = s2.predict_logits(net, data["image"])
+    if "dice_right_heldout" not in record:  # trained with evaluate=False: the Dice from these logits (one prediction)
+        record = {**record, "dice_right_heldout": hemisphere_dice(net, data, logits=logits)["right"]}
     label = torch.from_numpy(np.asarray(data["label"][0], dtype=np.int64))
     z_cal, y_cal = s2.masked(logits, label, splits["cal"])
     z_ev, y_ev = s2.masked(logits, label, splits["eval"])
@@ -241,7 +243,7 @@ def run_one(args: argparse.Namespace, task: str, loss: str, seed: int,
         results = {**evaluate_toy_network(net, cohorts or toy_cohorts(args.tiny), args, seed), "train_seconds": seconds}
     else:
         net, record = train_tissue_model(iterations=args.iterations, batch_size=args.batch_size, seed=seed, loss=loss,
-                                         progress=not args.quiet)
+                                         progress=not args.quiet, evaluate=False)  # evaluate_network adds the Dice
         results = evaluate_network(net, record, args, seed)
     out = {"settings": settings, "results": results}
     path.parent.mkdir(parents=True, exist_ok=True)
