@@ -62,7 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     p.add_argument("--render-only", action="store_true", help="re-write the .md from the JSON in --output")
     args = p.parse_args(argv)
-    # --tiny checks the pipeline, not the statistics: 2 runs (the fewest KS compares as two samples) of 3 samples (the
+    # --tiny checks the pipeline, not the statistics: 2 runs (a spread of each statistic) of 3 samples (the
     # fewest with a batch of replayed samples, N - 1 = 2), the stock pass timed once instead of best of 5
     args.stock_repeats = 5
     if args.tiny:
