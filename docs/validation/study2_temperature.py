@@ -463,7 +463,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="results folder (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of training and perturbations (default 0)")
     p.add_argument(
-        "--tiny", action="store_true", help="smoke test: 2 iterations, 1 shift, 10 fit steps, 1/16 of the voxels"
+        "--tiny", action="store_true", help="smoke test: 1 iteration, 1 shift, 10 fit steps, 1/16 of the voxels"
     )
     p.add_argument("--iterations", type=int, default=None, help="training iterations per network (default 400)")
     p.add_argument("--losses", nargs="+", choices=tuple(LOSSES), default=list(LOSSES), help="training losses")
@@ -484,7 +484,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     args = p.parse_args(argv)
     if args.iterations is None:
-        args.iterations = 2 if args.tiny else 400
+        args.iterations = 1 if args.tiny else 400  # --tiny checks the pipeline: one step of each network
     if args.shifts is None:
         args.shifts = ["noise"] if args.tiny else list(PERTURBATIONS)
     if args.max_steps is None:

@@ -341,13 +341,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-steps", type=int, default=None, help="temperature fit steps at most (default 1000)")
     p.add_argument("--subsample", type=int, default=None, help="every N-th voxel of the calibration splits")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--tiny", action="store_true", help="smoke test: 2 iterations, 3 cases, 2 samples, 1 seed")
+    p.add_argument("--tiny", action="store_true", help="smoke test: 1 (toy 2) iterations, 3 cases, 2 samples, 1 seed")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--render-only", action="store_true", help="rewrite study9.md from study9.json / study9_toy.json")
     args = p.parse_args(argv)
     if args.seeds is None:
         args.seeds = [args.seed] if args.seed is not None else ([0] if args.tiny else [0, 1, 2])
-    defaults = {"iterations": (2, 400), "toy_iterations": (2, 300), "cases": (3, 16), "samples": (2, 10),
+    # --tiny checks the pipeline: one step of each MNI152 network (~0.7 s of CPU each)
+    defaults = {"iterations": (1, 400), "toy_iterations": (2, 300), "cases": (3, 16), "samples": (2, 10),
                 "max_steps": (10, 1000), "subsample": (16, 1)}
     for name, (tiny, full) in defaults.items():
         if getattr(args, name) is None:
