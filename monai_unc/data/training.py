@@ -181,7 +181,7 @@ def dice_per_class(pred: np.ndarray, label: np.ndarray, num_classes: int, mask: 
     return [float(v) for v in d[0]]
 
 
-def hemisphere_dice(net: torch.nn.Module, data: dict, roi: tuple = ROI) -> dict:
+def hemisphere_dice(net: torch.nn.Module, data: dict, roi: tuple = ROI, logits: torch.Tensor | None = None) -> dict:
     """Dice per tissue class of the deterministic prediction on each hemisphere.
 
     Args:
@@ -189,16 +189,35 @@ def hemisphere_dice(net: torch.nn.Module, data: dict, roi: tuple = ROI) -> dict:
         data: the MNI152 tissue volume of :func:`~monai_unc.data.mni152.load_mni152_tissue`: ``"image"``
             ``(1, X, Y, Z)``, ``"label"`` ``(1, X, Y, Z)`` and the boolean hemisphere masks ``"left"`` / ``"right"``.
         roi: the sliding-window size (overlap 0.25).
+        logits: the network's logits ``(C, X, Y, Z)`` of the whole volume, when the caller has them already (the
+            sliding window of ``roi``, overlap 0.25, batches of 2 windows: what this function computes otherwise);
+            then ``net`` is not run.
 
     Returns:
         ``{"left": {class name: Dice}, "right": {...}}`` for the tissue classes (background excluded); the right
         hemisphere is the held-out one.
+
+    Raises:
+        ValueError: ``logits`` not of shape ``(C, X, Y, Z)`` with the label's ``(X, Y, Z)``.
+
+    Example:
+        >>> net, record = train_tissue_model(iterations=1, progress=False, evaluate=False)  # doctest: +SKIP
+        >>> hemisphere_dice(net, load_mni152_tissue(resolution=2))["right"]  # doctest: +SKIP
+        {'grey matter': ..., 'white matter': ...}
     """
-    net.eval()
-    with torch.no_grad():
-        logits = SlidingWindowInferer(roi, sw_batch_size=2, overlap=0.25)(torch.from_numpy(data["image"][None]), net)
-    pred = logits.argmax(1)[0].numpy()
     label = data["label"][0]
+    if logits is None:
+        net.eval()
+        with torch.no_grad():
+            logits = SlidingWindowInferer(roi, sw_batch_size=2, overlap=0.25)(
+                torch.from_numpy(data["image"][None]), net
+            )[0]
+    elif not isinstance(logits, torch.Tensor) or logits.ndim != 4 or tuple(logits.shape[1:]) != label.shape:
+        raise ValueError(
+            f"logits must be a (C, X, Y, Z) tensor with (X, Y, Z) = {label.shape}, got "
+            f"{tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__}"
+        )
+    pred = logits.argmax(0).numpy()
     return {
         side: dict(zip(TISSUE_CLASSES[1:], dice_per_class(pred, label, 3, data[side])))
         for side in ("left", "right")
@@ -213,6 +232,7 @@ def train_tissue_model(
     seed: int = 0,
     progress: bool = True,
     loss: str = "dice_ce",
+    evaluate: bool = True,
 ) -> tuple[torch.nn.Module, dict]:
     """Train the example UNet; optionally save the state dict to ``out_path`` (+ a ``.json`` record).
 
@@ -228,16 +248,21 @@ def train_tissue_model(
         loss: ``"dice_ce"`` (soft Dice + cross-entropy, the shipped weights), ``"dice"`` (soft Dice over all
             classes) or ``"ce"`` (cross-entropy); one of :data:`TRAINING_LOSSES`, or a calibration loss of
             :data:`CALIBRATION_LOSSES` (docs/training.md).
+        evaluate: compute the hemisphere Dice of the record (a whole-volume prediction, :func:`hemisphere_dice`).
+            False: the record has no ``dice_right_heldout`` / ``dice_left_train``, for a caller that predicts the
+            whole volume anyway and adds them from its logits (``hemisphere_dice(net, data, logits=...)``: one
+            prediction instead of two); needs ``out_path=None`` (a saved record holds the Dice).
 
     Returns:
         ``(network, record)``: the trained network and a dict with the settings, the losses and the hemisphere
-        Dice (:func:`hemisphere_dice`).
+        Dice (:func:`hemisphere_dice`; not with ``evaluate=False``).
 
     Raises:
         ValueError: an unknown ``loss``; ``iterations`` or ``batch_size`` not a positive integer (Python or numpy);
             ``lr`` not a positive finite number; ``seed`` outside ``[0, 2**32)``; ``out_path`` ending in ``.json``
-            (the record's name) or not writable. All before any data is loaded.
-        TypeError: ``seed`` not an integer (a float, a bool), ``progress`` not a bool.
+            (the record's name) or not writable; ``evaluate=False`` with an ``out_path``. All before any data is
+            loaded.
+        TypeError: ``seed`` not an integer (a float, a bool), ``progress`` or ``evaluate`` not a bool.
     """
     # found by hostile testing: numpy integers (iterations=np.int64(1500)) trained, wrote the weights and then failed
     # to write the record (not JSON serialisable), leaving the .pt without its .json; a numpy float32 lr was refused;
@@ -252,6 +277,9 @@ def train_tissue_model(
     if seed >= 2**32:  # numpy's legacy seed (the augmentation) takes [0, 2**32)
         raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
     progress = check_bool(progress, "progress")
+    evaluate = check_bool(evaluate, "evaluate")
+    if not evaluate and out_path is not None:
+        raise ValueError("evaluate=False needs out_path=None: the saved record holds the hemisphere Dice")
     loss_fn = make_training_loss(loss, classes=len(TISSUE_CLASSES))
     if out_path is not None:  # before training: a .json path would be overwritten by the record
         out_path = check_trained_network_path(out_path)
@@ -298,7 +326,6 @@ def train_tissue_model(
         sched.step()
         losses.append(batch_loss.item())
     seconds = time.time() - start
-    dice = hemisphere_dice(net, data)
     record = {
         "network": {k: list(v) if isinstance(v, tuple) else v for k, v in EXAMPLE_NETWORK.items()},
         "task": "MNI152 2009 (nilearn, 2 mm) 3-class tissue: 0 background+CSF, 1 grey matter, 2 white matter",
@@ -313,9 +340,10 @@ def train_tissue_model(
         "final_loss_mean_last_50": float(np.mean(losses[-50:])),
         "train_seconds": round(seconds, 1),
         "torch_threads": torch.get_num_threads(),
-        "dice_right_heldout": dice["right"],
-        "dice_left_train": dice["left"],
     }
+    if evaluate:
+        dice = hemisphere_dice(net, data)
+        record.update(dice_right_heldout=dice["right"], dice_left_train=dice["left"])
     net.eval()
     if out_path is not None:
         save_trained_network(net, record, out_path)

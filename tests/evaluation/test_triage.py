@@ -46,6 +46,7 @@ from monai_unc.workflows.infer import InferSettings, check_run_settings
 from tests._argv import with_options
 from tests._paths import ROOT
 from tests._ranks import free_port
+from tests._shared import once_per_session
 
 SCORE = "predictive_entropy_fg_mean"
 
@@ -449,9 +450,10 @@ def _hashes(*folders: Path) -> dict[str, str]:
     return out
 
 
-@pytest.fixture(scope="module")
-def cohorts(tmp_path_factory):
-    root = tmp_path_factory.mktemp("triage")
+def _write_cohorts(root: Path) -> dict:
+    """Cohort A (30 cases, evaluated into ``evalA`` with a certified rule) and cohort B (12 cases, unevaluated),
+    written in ``root``; the paths of :func:`write_toy_cohort`'s folders, relative to ``root`` (JSON for
+    :func:`once_per_session`)."""
     a = write_toy_cohort(root / "A", n_cases=30, shape=(16, 16, 16), seed=1)
     b = write_toy_cohort(root / "B", n_cases=12, shape=(16, 16, 16), seed=2)
     for d in (a, b):
@@ -462,7 +464,27 @@ def cohorts(tmp_path_factory):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         assert cli.main(argv) == 0
-    return {"root": root, "A": a, "B": b, "eval": ev, "rule": ev / RULE_FILE}
+    return {k: {name: str(p.relative_to(root)) for name, p in d.items()} for k, d in (("A", a), ("B", b))}
+
+
+_COHORTS: dict[str, tuple[Path, dict]] = {}  # without pytest-xdist: the one computation of this process's session
+
+
+@pytest.fixture(scope="session")
+def cohorts(tmp_path_factory):
+    """The toy cohorts A and B and A's evaluation, written once per test session (tests/report/test_viewer.py and
+    tests/report/test_viewer_geometry.py import this fixture too, and pytest-xdist may run their tests on both
+    workers: :func:`tests._shared.once_per_session`). The tests only read its folders (a test that changes an input
+    copies it first: checked at the end); a fresh dict of the paths for each module that uses it."""
+    key = str(tmp_path_factory.getbasetemp())  # the session (a pytester session inside it has a basetemp of its own)
+    if key not in _COHORTS:
+        _COHORTS[key] = once_per_session(tmp_path_factory, "triage_cohorts", _write_cohorts)
+    root, rel = _COHORTS[key]
+    ev = root / "evalA"
+    before = _hashes(root)
+    yield {"root": root, **{k: {name: root / p for name, p in d.items()} for k, d in rel.items()}, "eval": ev,
+           "rule": ev / RULE_FILE}
+    assert _hashes(root) == before, "a test changed the shared cohorts: copy what you change"
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:

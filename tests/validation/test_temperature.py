@@ -77,6 +77,9 @@ def test_tiny_run_writes_outputs(tmp_path):
         assert m["clean"]["nll"]["t"] == m["temperatures"]["heldout"]["nll"]["t"]
         assert m["clean"]["ece_train"]["t"] == m["temperatures"]["train_hemisphere"]["ece"]["t"]
         assert set(m["shifts"]) == {"noise"}
+        # the Dice of the training record, added from the study's own logits (train_tissue_model(evaluate=False))
+        for side in ("dice_right_heldout", "dice_left_train"):
+            assert len(m["train_record"][side]) == 2 and all(0 <= d <= 1 for d in m["train_record"][side].values())
         for block in ("none", "nll", "oracle"):
             _finite_metrics(m["shifts"]["noise"][block])
     md = (tmp_path / "study2.md").read_text()
@@ -91,3 +94,33 @@ def test_training_loss_argument_is_validated():
     assert TRAINING_LOSSES == ("dice_ce", "dice", "ce")
     with pytest.raises(ValueError, match="loss"):
         train_tissue_model(None, iterations=1, loss="focal", progress=False)
+
+
+def test_hemisphere_dice_of_given_logits_is_that_of_the_network():
+    """``hemisphere_dice(..., logits=)`` (what the studies pass: the logits they computed anyway) gives the Dice of
+    the network's own prediction; ``train_tissue_model(evaluate=False)`` is refused with a path to save the record to
+    (it would lack the Dice) and with a non-bool."""
+    import numpy as np
+    import torch
+
+    from monai_unc.data.training import hemisphere_dice, train_tissue_model
+
+    study = _load()
+    rng = np.random.default_rng(0)
+    torch.manual_seed(0)
+    net = torch.nn.Conv3d(1, 3, 3, padding=1)
+    left = np.zeros((12, 10, 8), bool)
+    left[:6] = True
+    data = {"image": rng.random((1, 12, 10, 8)).astype(np.float32), "label": rng.integers(0, 3, (1, 12, 10, 8)),
+            "left": left, "right": ~left}
+    z = study.predict_logits(net, data["image"])
+    want = hemisphere_dice(net, data)
+    assert hemisphere_dice(torch.nn.Identity(), data, logits=z) == want  # the network is not run
+    assert want["left"] != hemisphere_dice(net, data, logits=-z)["left"]  # the logits are what is scored
+    for bad in (z[0], z[:, :5], z.numpy()):
+        with pytest.raises(ValueError, match="logits"):
+            hemisphere_dice(net, data, logits=bad)
+    with pytest.raises(ValueError, match="evaluate=False"):
+        train_tissue_model("w.pt", iterations=1, progress=False, evaluate=False)
+    with pytest.raises(TypeError, match="evaluate"):
+        train_tissue_model(None, iterations=1, progress=False, evaluate="no")
