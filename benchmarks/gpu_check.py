@@ -93,12 +93,17 @@ FULL = {
     "cost_size": 160, "cost_roi": 96, "cost_sw_batch": 4, "cost_features": (32, 32, 64, 128, 256, 32),
     "cost_samples": 30, "cost_repeats": 2, "writes_shape": (160, 160, 100),
 }
+#: the rehearsal checks that every part runs (ok flags, outputs, ratios > 0), not its speed, so its sizes are the least
+#: that keep each code path: the BraTS case 2 overlapping windows of 8^3 (SegResNet's 3 halvings end at one voxel;
+#: fp16/bf16 autocast convolutions on a CPU cost ~10x fp32's, so the window size weighs most), the UNet at 16^3 (its
+#: 4 halvings need 16), the cost part's BasicUNet at half the features of earlier versions (its 8 windows of 32^3
+#: in 4 batches kept: 32^3 is the least its 4 halvings and instance norms take)
 QUICK = {
-    "brats_shape": (4, 24, 24, 16), "brats_roi": 16, "brats_filters": 8, "brats_n_time": 2, "brats_repeats": 1,
-    "unet_size": 24, "unet_n_time": 3, "n_mem": (2, 4), "repeats": 1,
+    "brats_shape": (4, 12, 8, 8), "brats_roi": 8, "brats_filters": 8, "brats_n_time": 2, "brats_repeats": 1,
+    "unet_size": 16, "unet_n_time": 3, "n_mem": (2, 4), "repeats": 1,
     "cal_shape": (3, 32, 32, 32), "spatial_shape": (16, 32, 32),
     "nn_features": [4, 8, 16], "nn_patch": 16, "nn_image": (20, 16, 16), "nn_samples": 2,
-    "cost_size": 40, "cost_roi": 32, "cost_sw_batch": 2, "cost_features": (4, 4, 8, 16, 32, 4),
+    "cost_size": 40, "cost_roi": 32, "cost_sw_batch": 2, "cost_features": (2, 2, 4, 8, 16, 2),
     "cost_samples": 3, "cost_repeats": 1, "writes_shape": (32, 32, 24),
 }
 PARTS = ("cuda_tests", "device", "mc_unet", "calibration", "spatial", "nnunet", "mc_brats", "sw_stitch",

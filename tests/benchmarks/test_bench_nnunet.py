@@ -22,6 +22,10 @@ pytest.importorskip("nnunetv2")
 @pytest.mark.slow
 def test_end_to_end_mode_runs_and_finds_the_segmentations_identical(monkeypatch, capsys):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # for the commands' processes, which inherit the environment
+    # both commands set torch's threads to the machine's cores on the CPU (stock's -device cpu), whatever
+    # OMP_NUM_THREADS says: OpenMP threads that wait by sleeping, not spinning, on a machine whose cores other jobs
+    # share (2 threads spinning there took ~13 s of CPU for a prediction of ~1 s; the files and the split alike)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # the script imports its helper module _floor
     monkeypatch.setattr(sys, "argv", ["bench_nnunet.py", "--end-to-end", "--e2e-config", "tiny", "--e2e-cases", "1",
                                       "--repeats", "1", "--e2e-workers", "1"])
