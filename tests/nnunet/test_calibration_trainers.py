@@ -24,6 +24,8 @@ from nnunetv2.training.loss.dice import MemoryEfficientSoftDiceLoss  # noqa: E40
 import monai_unc.nnunet as mun  # noqa: E402
 from monai_unc.losses import L1ACELoss, SVLSLoss, margin_penalty  # noqa: E402
 from tests._nnunet_pools import plan_in_process  # noqa: E402
+from tests._paths import ROOT  # noqa: E402
+from tests.nnunet._toy_training import small_progress_plots  # noqa: E402
 from tests.nnunet.test_ssn_trainer import _plans  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -249,11 +251,18 @@ def test_spacing_aware_svls_uses_each_outputs_own_voxel_size(tmp_path, monkeypat
 
 # ------------------------------------------------------------------------------------------ end to end (slow)
 #: the child of the end-to-end test: ``nnUNetv2_train`` and ``nnUNetv2_predict`` (argv as JSON in sys.argv[1:3]),
-#: each through its entry point with the command line a user types
+#: each through its entry point with the command line a user types. The training's validation exports and scores its
+#: case in this process (tests/nnunet/_toy_training.py, found through sys.argv[3]: the repository's root) instead of
+#: two ``spawn`` pools of fresh Pythons importing torch and nnU-Net: the same nnU-Net functions on the same arguments,
+#: nothing of monai_unc runs in those workers; the progress plot of each epoch is saved at a tenth of its resolution.
 _COMMANDS = """
 import json, sys
+sys.path.insert(0, sys.argv[3])
+from tests.nnunet._toy_training import small_progress_plots, validate_in_process
 from nnunetv2.run.run_training import run_training_entry
 from nnunetv2.inference.predict_from_raw_data import predict_entry_point
+validate_in_process()
+small_progress_plots()
 train, predict = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 sys.argv = ["nnUNetv2_train", *train]
 run_training_entry()
@@ -299,19 +308,24 @@ def test_each_trainer_trains_two_epochs_and_predicts(tmp_path, monkeypatch):
     monkeypatch.setenv("nnUNet_n_proc_DA", "0")
 
     # the command lines, as a user runs them: nnUNetv2_train, then nnUNetv2_predict on its checkpoint, through their
-    # entry points in one process (one start-up); nnU-Net's worker pools (validation export, metrics) get one
-    # process instead of the default eight, and stock prediction runs in the process (-npp 0 -nps 0)
+    # entry points in one process (one start-up); nnU-Net's validation pools (export, metrics) run their cases in
+    # that process (_COMMANDS), and stock prediction runs in the process (-npp 0 -nps 0)
     images = tmp_path / "raw/Dataset992_UncToy/imagesTs"
     first = "nnUNetTrainerMCDropoutSVLS_2epochs"
     train_argv = ["992", "3d_fullres", "0", "-tr", first, "-device", "cpu"]
     predict_argv = ["-i", str(images), "-o", str(tmp_path / f"stock_{first}"), "-d", "992", "-c", "3d_fullres",
                     "-tr", first, "-f", "0", "-device", "cpu", "--disable_tta", "-npp", "0", "-nps", "0",
                     "--disable_progress_bar"]
-    cmd = [sys.executable, "-c", _COMMANDS, json.dumps(train_argv), json.dumps(predict_argv)]
+    cmd = [sys.executable, "-c", _COMMANDS, json.dumps(train_argv), json.dumps(predict_argv), str(ROOT)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "OMP_NUM_THREADS": "1", "nnUNet_def_n_proc": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
+    # the training's validation ran: its case exported and the Dice summarised (by the pools' stand-ins)
+    validation = tmp_path / "results" / "Dataset992_UncToy" / f"{first}__nnUNetPlans__3d_fullres" / "fold_0"
+    validation = validation / "validation"
+    assert (validation / "summary.json").is_file() and len(list(validation.glob("*.nii.gz"))) == 1
     trained = [first]
+    small_progress_plots(monkeypatch.setitem)  # tests/nnunet/_toy_training.py: each epoch's plot at a tenth of its dpi
     for name in TRAINERS[1:]:
         trainer = get_trainer_from_args("992", "3d_fullres", 0, f"{name}_2epochs", device=CPU)
         trainer.run_training()

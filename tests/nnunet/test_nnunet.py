@@ -38,6 +38,7 @@ from monai_unc.inferers.rate_in import RateInSource, find_rate_in_layers  # noqa
 from monai_unc.nnunet.cli import add_parser, run  # noqa: E402
 from tests._nnunet_pools import plan_in_process  # noqa: E402
 from tests._paths import ROOT  # noqa: E402
+from tests.nnunet._toy_training import small_progress_plots  # noqa: E402
 
 CPU = torch.device("cpu")
 DOCS = ROOT / "docs" / "nnunet.md"
@@ -990,6 +991,9 @@ def test_end_to_end_cpu_docs_example_and_stock_agreement(tmp_path, monkeypatch):
     # the example runs as written; only nnU-Net's planning steps analyse and preprocess the cases in this process
     # instead of a spawned worker each (tests/_nnunet_pools.py: the same functions, one start-up less per step)
     plan_in_process(monkeypatch)
+    # and each fold's progress plot is saved at a tenth of its resolution (tests/nnunet/_toy_training.py: the same
+    # drawing; nothing reads the picture)
+    small_progress_plots(monkeypatch.setitem)
     # the example trains without seeds (as nnU-Net does); 10 iterations from an unseeded start segmented nothing in
     # about 1 of 5 runs, so the test seeds the generators nnU-Net's initialisation and augmentation draw from
     random.seed(0)

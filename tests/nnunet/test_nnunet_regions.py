@@ -29,6 +29,7 @@ from nnunetv2.utilities.plans_handling.plans_handler import PlansManager  # noqa
 import monai_unc.nnunet as mun  # noqa: E402
 from monai_unc.scores import case_scores  # noqa: E402
 from tests._nnunet_pools import plan_in_process  # noqa: E402
+from tests.nnunet._toy_training import small_progress_plots  # noqa: E402
 from tests.nnunet.test_nnunet import cli_threads, combos, make_plans, make_predictor  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -341,6 +342,7 @@ def train_tiny_region_model(tmp_path, monkeypatch, dataset_id=992):
     trainer = get_trainer_from_args(str(dataset_id), "3d_fullres", 0, "nnUNetTrainer_10iters", device=CPU)
     trainer.initialize()
     assert trainer.label_manager.has_regions
+    small_progress_plots(monkeypatch.setitem)  # tests/nnunet/_toy_training.py: the epoch's plot at a tenth of its dpi
     trainer.run_training()
     return tmp_path / "results" / raw.name / "nnUNetTrainer_10iters__nnUNetPlans__3d_fullres", raw
 

@@ -20,6 +20,7 @@ from nnunetv2.utilities.plans_handling.plans_handler import PlansManager  # noqa
 import monai_unc.nnunet as mun  # noqa: E402
 from monai_unc.networks import SSNHead, SSNLoss, find_ssn_heads, ssn_sampling  # noqa: E402
 from tests._nnunet_pools import plan_in_process  # noqa: E402
+from tests.nnunet._toy_training import small_progress_plots  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -155,6 +156,7 @@ def test_trainer_trains_a_tiny_toy_task_on_cpu(tmp_path, monkeypatch):
     # nnU-Net imports the trainer module as a top-level module, so its classes are compared by name
     assert isinstance(head, SSNHead) and type(trainer.loss).__name__ == "SSNDeepSupervisionLoss"
     before = {n: p.detach().clone() for n, p in head.named_parameters()}
+    small_progress_plots(monkeypatch.setitem)  # tests/nnunet/_toy_training.py: the epoch's plot at a tenth of its dpi
     trainer.run_training()
     losses = trainer.logger.local_logger.my_fantastic_logging["train_losses"]
     assert len(losses) == 1 and np.isfinite(losses[0])
