@@ -198,7 +198,8 @@ def hemisphere_dice(net: torch.nn.Module, data: dict, roi: tuple = ROI, logits: 
         hemisphere is the held-out one.
 
     Raises:
-        ValueError: ``logits`` not of shape ``(C, X, Y, Z)`` with the label's ``(X, Y, Z)``.
+        ValueError: ``logits`` not of shape ``(C, X, Y, Z)`` with ``C = len(TISSUE_CLASSES)`` and the label's
+            ``(X, Y, Z)``.
 
     Example:
         >>> net, record = train_tissue_model(iterations=1, progress=False, evaluate=False)  # doctest: +SKIP
@@ -212,12 +213,13 @@ def hemisphere_dice(net: torch.nn.Module, data: dict, roi: tuple = ROI, logits: 
             logits = SlidingWindowInferer(roi, sw_batch_size=2, overlap=0.25)(
                 torch.from_numpy(data["image"][None]), net
             )[0]
-    elif not isinstance(logits, torch.Tensor) or logits.ndim != 4 or tuple(logits.shape[1:]) != label.shape:
+    elif (not isinstance(logits, torch.Tensor) or logits.ndim != 4 or logits.shape[0] != len(TISSUE_CLASSES)
+          or tuple(logits.shape[1:]) != label.shape):
         raise ValueError(
-            f"logits must be a (C, X, Y, Z) tensor with (X, Y, Z) = {label.shape}, got "
+            f"logits must be a (C, X, Y, Z) tensor with C = {len(TISSUE_CLASSES)} and (X, Y, Z) = {label.shape}, got "
             f"{tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__}"
         )
-    pred = logits.argmax(0).numpy()
+    pred = logits.detach().argmax(0).cpu().numpy()
     return {
         side: dict(zip(TISSUE_CLASSES[1:], dice_per_class(pred, label, 3, data[side])))
         for side in ("left", "right")

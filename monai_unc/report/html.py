@@ -113,12 +113,14 @@ __all__ = [
     "Figure",
     "PAGE_CSS",
     "REPORT_SOURCE_RECORD",
+    "ReadEvaluation",
     "build_report",
     "cards",
     "case_figure_paths",
     "case_overlays",
     "product_section",
     "product_sections",
+    "read_evaluation",
     "ACCEPT_ALL",
     "BUDGET_NOTE",
     "DECISION_LABELS",
@@ -137,6 +139,7 @@ __all__ = [
     "table",
     "threshold_text",
     "warning_list",
+    "write_report",
 ]
 
 

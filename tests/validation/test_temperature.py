@@ -117,9 +117,11 @@ def test_hemisphere_dice_of_given_logits_is_that_of_the_network():
     want = hemisphere_dice(net, data)
     assert hemisphere_dice(torch.nn.Identity(), data, logits=z) == want  # the network is not run
     assert want["left"] != hemisphere_dice(net, data, logits=-z)["left"]  # the logits are what is scored
-    for bad in (z[0], z[:, :5], z.numpy()):
+    for bad in (z[0], z[:, :5], z.numpy(), z[:2], torch.cat([z, z[:1]])):  # wrong shapes, a non-tensor, 2 / 4 classes
         with pytest.raises(ValueError, match="logits"):
             hemisphere_dice(net, data, logits=bad)
+    # logits that still need their gradient are scored as they are
+    assert hemisphere_dice(net, data, logits=z.clone().requires_grad_()) == want
     with pytest.raises(ValueError, match="evaluate=False"):
         train_tissue_model("w.pt", iterations=1, progress=False, evaluate=False)
     with pytest.raises(TypeError, match="evaluate"):
