@@ -461,8 +461,12 @@ def _write_cohorts(root: Path) -> dict:
     ev = root / "evalA"
     argv = ["evaluate", "-l", str(a["labels"]), "-p", str(a["predictions"]), "-o", str(ev), "--images",
             str(a["images"]), "--no-spatial", "--target-risk", "0.4", "--delta", "0.2", "-q"]
-    with warnings.catch_warnings():
+    # the rule is signed with the key of a configuration folder beside the cohorts, not with the key of the worker
+    # that happens to write them (each pytest-xdist worker has its own configuration folder): the command lines of
+    # every worker trust it with --trusted-keys (the fixture's "trust")
+    with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
         warnings.simplefilter("ignore", UserWarning)
+        mp.setenv("MONAI_UNC_CONFIG_DIR", str(root / "config"))
         assert cli.main(argv) == 0
     return {k: {name: str(p.relative_to(root)) for name, p in d.items()} for k, d in (("A", a), ("B", b))}
 
@@ -475,7 +479,9 @@ def cohorts(tmp_path_factory):
     """The toy cohorts A and B and A's evaluation, written once per test session (tests/report/test_viewer.py and
     tests/report/test_viewer_geometry.py import this fixture too, and pytest-xdist may run their tests on both
     workers: :func:`tests._shared.once_per_session`). The tests only read its folders (a test that changes an input
-    copies it first: checked at the end); a fresh dict of the paths for each module that uses it."""
+    copies it first: checked at the end); a fresh dict of the paths for each module that uses it. Its rule is signed
+    with the key of ``<root>/config``: ``trust`` holds the options that trust it (``--trusted-keys`` its public
+    key)."""
     key = str(tmp_path_factory.getbasetemp())  # the session (a pytester session inside it has a basetemp of its own)
     if key not in _COHORTS:
         _COHORTS[key] = once_per_session(tmp_path_factory, "triage_cohorts", _write_cohorts)
@@ -483,7 +489,7 @@ def cohorts(tmp_path_factory):
     ev = root / "evalA"
     before = _hashes(root)
     yield {"root": root, **{k: {name: root / p for name, p in d.items()} for k, d in rel.items()}, "eval": ev,
-           "rule": ev / RULE_FILE}
+           "rule": ev / RULE_FILE, "trust": ("--trusted-keys", str(root / "config" / "signing_key.pub"))}
     assert _hashes(root) == before, "a test changed the shared cohorts: copy what you change"
 
 
@@ -495,7 +501,8 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 def _triage_cli(cohorts, out: Path, pred: Path | None = None, *extra: str) -> int:
     b = cohorts["B"]
     return cli.main(with_options(["triage", "-p", str(pred or b["predictions"]), "--rule", str(cohorts["rule"]),
-                                  "-o", str(out), "--images", str(b["images"]), "--cases", "2", "-q"], *extra))
+                                  "-o", str(out), "--images", str(b["images"]), "--cases", "2", "-q",
+                                  *cohorts["trust"]], *extra))
 
 
 @pytest.mark.slow
@@ -694,10 +701,10 @@ def test_cli_rule_file_errors_are_one_line(cohorts, tmp_path, capsys, content, m
 def test_cli_output_inside_predictions_and_missing_folder_are_refused(cohorts, tmp_path, capsys):
     b = cohorts["B"]
     assert cli.main(["triage", "-p", str(b["predictions"]), "--rule", str(cohorts["rule"]), "-o",
-                     str(b["predictions"] / "t")]) == 2
+                     str(b["predictions"] / "t"), *cohorts["trust"]]) == 2
     assert "inside the input folder" in capsys.readouterr().err
     assert cli.main(["triage", "-p", str(tmp_path / "none"), "--rule", str(cohorts["rule"]), "-o",
-                     str(tmp_path / "t")]) == 2
+                     str(tmp_path / "t"), *cohorts["trust"]]) == 2
     assert "predictions folder not found" in capsys.readouterr().err
 
 
@@ -781,7 +788,7 @@ def test_two_gloo_ranks_equal_one_process(cohorts, tmp_path):
     port = free_port()  # not a port the kernel hands out to other processes meanwhile (tests/_ranks.py)
     dist_out = tmp_path / "dist"
     argv = ["triage", "-p", str(b["predictions"]), "--rule", str(cohorts["rule"]), "-o", str(dist_out / "t"),
-            "--images", str(b["images"]), "--cases", "2", "-q"]
+            "--images", str(b["images"]), "--cases", "2", "-q", *cohorts["trust"]]
     dist_out.mkdir()
     torch.multiprocessing.start_processes(_worker, args=(2, port, {"out": str(dist_out), "argv": argv}), nprocs=2,
                                           join=True, start_method="fork")
@@ -883,7 +890,8 @@ def test_triage_refuses_a_rule_its_output_would_replace(cohorts, tmp_path, capsy
         with pytest.raises(ValueError, match="never overwritten"):
             run_triage(b["predictions"], rule, out)
         capsys.readouterr()
-        assert cli.main(["triage", "-p", str(b["predictions"]), "--rule", str(rule), "-o", str(out), "-q"]) == 2
+        assert cli.main(["triage", "-p", str(b["predictions"]), "--rule", str(rule), "-o", str(out), "-q",
+                         *cohorts["trust"]]) == 2
         assert "never overwritten" in capsys.readouterr().err
         assert hashlib.sha256(rule.read_bytes()).hexdigest() == before
         rule.unlink()
