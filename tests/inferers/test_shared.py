@@ -112,7 +112,10 @@ def segresnet(dims):
 
 
 def dynunet(dims):
-    return DynUNet(dims, 1, 3, kernel_size=[3, 3, 3], strides=[1, 2, 2], upsample_kernel_size=[2, 2])
+    # filters (4, 8, 16), not the default (32, 64, 128): the same modules and the same shared and replayed calls
+    # (checked: equal module-call counts with and without sharing), at a sixth of the time
+    return DynUNet(dims, 1, 3, kernel_size=[3, 3, 3], strides=[1, 2, 2], upsample_kernel_size=[2, 2],
+                   filters=(4, 8, 16))
 
 
 def plain_conv_unet(dims):
