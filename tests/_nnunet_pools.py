@@ -18,6 +18,8 @@ with a CT channel keeps nnU-Net's number.
 :func:`list_cases_in_process` does the same for nnU-Net's listing of an input folder's cases
 (``create_lists_from_splitted_dataset_folder``, called by every ``predict_from_files`` on a folder): a ``fork`` pool
 of 12 workers (its default) to match file names, each fork copying the page tables of the test process.
+
+This module imports nothing of the tests, so that a child process (a test's ``python -c`` script) can use it too.
 """
 
 from __future__ import annotations
@@ -70,13 +72,18 @@ class _Pool:
     def starmap_async(self, fn: Callable, iterable: Iterable[tuple]) -> _Done:
         return _Done(fn, iterable)
 
+    def starmap(self, fn: Callable, iterable: Iterable[tuple]) -> list:
+        return [fn(*a) for a in iterable]
+
 
 class _Context:
     Pool = _Pool
 
 
-class _Multiprocessing:
-    """Stands in for the ``multiprocessing`` module inside the two nnU-Net planning modules only."""
+class InProcessMultiprocessing:
+    """Stands in for the ``multiprocessing`` module inside the nnU-Net modules a test hands it to (the planning
+    modules here, the validation's in tests/nnunet/_toy_training.py): its pools run each call in the calling process,
+    one after the other, when it is handed over."""
 
     @staticmethod
     def get_context(method: str | None = None) -> _Context:
@@ -108,7 +115,7 @@ def plan_in_process(monkeypatch) -> None:
     from nnunetv2.preprocessing.preprocessors import default_preprocessor
 
     for module in (fingerprint_extractor, default_preprocessor):
-        monkeypatch.setattr(module, "multiprocessing", _Multiprocessing)
+        monkeypatch.setattr(module, "multiprocessing", InProcessMultiprocessing)
     extractor = fingerprint_extractor.DatasetFingerprintExtractor
     monkeypatch.setattr(extractor, "__init__", _fewer_foreground_samples(extractor.__init__))
 

@@ -5,77 +5,23 @@ its resolution (:func:`small_progress_plots`).
 ``nnUNetTrainer.perform_actual_validation`` hands each validation case's export to a
 ``multiprocessing.get_context("spawn").Pool`` and ``compute_metrics_on_folder`` the Dice of each case to a second one:
 each pool starts fresh Pythons that import torch and nnU-Net (~5 s each on the CI's two cores) for a case or two of a
-toy task. :func:`validate_in_process` swaps the ``multiprocessing`` of those two nnU-Net modules for one whose pools
-run each call in the calling process, one after the other, when it is handed over: the same nnU-Net functions on the
+toy task. :func:`validate_in_process` swaps the ``multiprocessing`` of those two nnU-Net modules for the stand-in of
+the planning steps (:class:`tests._nnunet_pools.InProcessMultiprocessing`), whose pools run each call in the calling
+process, one after the other, when it is handed over: the same nnU-Net functions on the
 same arguments (``export_prediction_from_logits``, ``resample_and_save``, ``compute_metrics``), so the validation's
 files and ``summary.json`` are those of the pools. Nothing of monai_unc runs in those workers (the trainer hands them
 nnU-Net's plans and configuration managers, the logits and the case's properties), and the trainer itself still
 predicts every validation case.
 
-This module imports nothing of the tests, so that a child process (a test's ``python -c`` script) can use it too.
+This module imports nothing of the tests but :mod:`tests._nnunet_pools` (which imports none), so that a child process
+(a test's ``python -c`` script, the repository's root on its path) can use it too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable
 
-
-class Done:
-    """The ``AsyncResult`` of a call that already ran (or raised: ``get`` re-raises, as the pool's does)."""
-
-    def __init__(self, fn: Callable, args: Iterable[tuple]):
-        try:
-            self._value, self._error = [fn(*a) for a in args], None
-        except Exception as e:  # noqa: BLE001 - re-raised by get(), where nnU-Net collects the results
-            self._value, self._error = None, e
-
-    def ready(self) -> bool:
-        return True
-
-    def get(self, timeout: float | None = None) -> list:
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
-class Worker:
-    """A worker that never dies (nnU-Net polls ``pool._pool`` for dead workers)."""
-
-    def is_alive(self) -> bool:
-        return True
-
-
-class Pool:
-    """What nnU-Net's validation uses of ``multiprocessing.Pool``: the context manager, ``starmap_async`` (the export),
-    ``starmap`` (the metrics) and the ``_pool`` list of workers."""
-
-    def __init__(self, processes: int | None = None, *args: Any, **kwargs: Any):
-        self._pool = [Worker()]
-
-    def __enter__(self) -> Pool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def starmap_async(self, fn: Callable, iterable: Iterable[tuple]) -> Done:
-        return Done(fn, iterable)
-
-    def starmap(self, fn: Callable, iterable: Iterable[tuple]) -> list:
-        return [fn(*a) for a in iterable]
-
-
-class Context:
-    Pool = Pool
-
-
-class InProcess:
-    """Stands in for the ``multiprocessing`` module inside the two nnU-Net validation modules only."""
-
-    @staticmethod
-    def get_context(method: str | None = None) -> Context:
-        return Context()
+from tests._nnunet_pools import InProcessMultiprocessing
 
 
 def validate_in_process(setattr_: Callable[[object, str, object], None] = setattr) -> None:
@@ -89,7 +35,7 @@ def validate_in_process(setattr_: Callable[[object, str, object], None] = setatt
     from nnunetv2.training.nnUNetTrainer import nnUNetTrainer as trainer_module
 
     for module in (trainer_module, evaluate_predictions):
-        setattr_(module, "multiprocessing", InProcess)
+        setattr_(module, "multiprocessing", InProcessMultiprocessing)
 
 
 #: the resolution of nnU-Net's progress plot in these tests (dots per inch; matplotlib's default 100): nnU-Net draws a
