@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from .._utils import check_integer, each_warning_once
+from .._utils import check_integer, each_warning_once, user_stacklevel
 from ..evaluation import (
     IID_SHIFTS,
     CohortState,
@@ -1285,10 +1285,23 @@ def build_report(
             folder (another report: one at a time per folder, :func:`monai_unc.io.output_lock`), or another process's
             ``evaluate`` rewrote (or holds) the evaluation while the page was made (no page is kept).
     """
+    evaluation = Path(evaluation)
+    # the page's options are checked before the evaluation is read (read in the report folder's lock)
+    return _held_page(evaluation, output, images, n_cases, convention,
+                      lambda out_dir, n, conv: _write_report(read_evaluation(evaluation), out_dir, budget, images, n,
+                                                             title, viewer, summary, risk_options, conv))
+
+
+def _held_page(evaluation: Path, output: str | os.PathLike | None, images: str | os.PathLike | None, n_cases: int,
+               convention: str, write: Callable[[Path, int, str], Path]) -> Path:
+    """The checks of a page's options, then ``write(out_dir, n_cases, convention)`` with the report folder held.
+
+    One implementation for :func:`build_report` (which reads the evaluation inside ``write``) and
+    :func:`write_report` (on an evaluation already read).
+    """
     # found by hostile testing: n_cases=-1 drew every case but the least uncertain, True one case, unsaid
     n_cases = check_integer(n_cases, "n_cases", 0)
     convention = check_convention(convention)
-    evaluation = Path(evaluation)
     out_dir = Path(output) if output is not None else evaluation / "report"
     if images is not None:
         # found by hostile testing: a missing --images failed on the first overlay, with "folder not found: ..."
@@ -1296,11 +1309,9 @@ def build_report(
         input_folder(images, "images", "--images folder")
     # found by hostile testing: two reports at once into one folder (other --budget / --cases) left figures/ with a
     # PNG of the other run's page and a record listing a figure that was not there
-    # a warning of the evaluation's summary once, though the page reads it twice (a block, not a decorator: its frame
-    # would move the deprecation below, which names build_report's caller)
+    # a warning of the evaluation's summary once, though the page reads it twice
     with each_warning_once(), output_lock(out_dir, "monai-unc report"):
-        return _write_report(read_evaluation(evaluation), out_dir, budget, images, n_cases, title, viewer, summary,
-                             risk_options, convention)
+        return write(out_dir, n_cases, convention)
 
 
 @dataclass(frozen=True)
@@ -1393,13 +1404,10 @@ def write_report(
     if not isinstance(evaluation, ReadEvaluation):
         raise TypeError(f"evaluation must be a ReadEvaluation (read_evaluation(folder)), got "
                         f"{type(evaluation).__name__}")
-    n_cases = check_integer(n_cases, "n_cases", 0)
-    convention = check_convention(convention)
-    out_dir = Path(output) if output is not None else evaluation.folder / "report"
-    if images is not None:
-        input_folder(images, "images", "--images folder")
-    with each_warning_once(), output_lock(out_dir, "monai-unc report"):
-        return _write_report(evaluation, out_dir, None, images, n_cases, title, viewer, summary, {}, convention)
+    read = evaluation
+    return _held_page(read.folder, output, images, n_cases, convention,
+                      lambda out_dir, n, conv: _write_report(read, out_dir, None, images, n, title, viewer, summary, {},
+                                                             conv))
 
 
 def _write_report(read: ReadEvaluation, out_dir: Path, budget: float | None, images: str | os.PathLike | None,
@@ -1416,7 +1424,7 @@ def _write_report(read: ReadEvaluation, out_dir: Path, budget: float | None, ima
     if summary is None and (budget is not None or any(v is not None for v in risk_options.values())):
         warnings.warn("build_report(budget=..., target_risk=..., ...) is deprecated: the report renders a summary, it "
                       "computes none; pass summary=monai_unc.evaluation.resummarize(...) (monai-unc report --budget "
-                      "does this)", DeprecationWarning, stacklevel=3)
+                      "does this)", DeprecationWarning, stacklevel=user_stacklevel())
         from ..evaluation import resummarize  # deprecated path: the report module itself computes no metric
 
         summary = resummarize(state, saved, budget, **risk_options)
