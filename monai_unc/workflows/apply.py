@@ -128,11 +128,16 @@ def apply_from_arguments(args: argparse.Namespace) -> CommandResult[Any]:
         warning lines alone with ``--quiet`` (:func:`~monai_unc.workflows.session.quiet_lines`).
     """
     cls = product_of_command(args.command)
-    layout, layout_notice = layout_from_rule(args.layout, args.rule, args.predictions, command=str(cls.command))
+    trust = trust_from_arguments(args)
+    # the rule file read and verified once: the layout, the checks and the run act on that one version (in earlier
+    # versions the layout came from a first, unverified read and the run from a second one: a file rewritten in
+    # between gave two rules); a refusal of the file is raised by the check that refuses it, in its place
+    rule = cls.read_command_artifact(args.rule, trust)
+    layout, layout_notice = layout_from_rule(args.layout, rule, args.predictions, command=str(cls.command))
     with start_notice(layout_notice, unsigned_notice(args)):
-        res = apply_command(cls, args.predictions, args.rule, args.output, images=args.images, layout=layout,
+        res = apply_command(cls, args.predictions, rule, args.output, images=args.images, layout=layout,
                             uncertainty=args.uncertainty, allow_mismatch=args.allow_mismatch, progress=not args.quiet,
-                            trust=trust_from_arguments(args), **cls.command_options(args))
+                            trust=trust, **cls.command_options(args))
     return dataclasses.replace(res, lines=quiet_lines(res.lines)) if args.quiet else res
 
 
@@ -176,8 +181,10 @@ def layout_from_rule(given: str | None, rule: Any, predictions: str | os.PathLik
 
     Args:
         given: the ``--layout`` option, or None when not given.
-        rule: the rule file's path, or a loaded rule (anything with a ``fingerprint`` mapping). A file that cannot
-            be read as JSON records no layout here (loading it reports why).
+        rule: the rule file's path, or a loaded rule (anything with a ``fingerprint`` mapping: the commands pass the
+            file read and verified once, a :class:`~monai_unc.io.provenance.RuleRead`, which records no layout when
+            the file was refused). A file that cannot be read as JSON records no layout here (loading it reports
+            why).
         predictions: the folder of the new predictions.
         command: the command's name, for the notice.
 
