@@ -159,12 +159,29 @@ def test_a_refused_rule_is_refused_where_it_was_in_one_line(rules, tmp_path, cap
     argv = ["triage", "-p", str(rules["B"]["predictions"]), "--rule", str(rules["referral"]), "-q"]
     assert cli.main([*argv, "-o", str(tmp_path / "triage")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "referral rule" in err[0] and "--rule" in err[0], err
+    assert len(err) == 1 and ": error: --rule: referral rule" in err[0] and "trusted" in err[0], err
     assert not (tmp_path / "triage" / "triage.json").exists()
     (tmp_path / "file").write_text("")
     assert cli.main([*argv, "-o", str(tmp_path / "file")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--output" in err[0] and "referral rule" not in err[0], err
+
+
+@pytest.mark.parametrize("command", ["conformal", "triage --conformal-rule"])
+def test_a_refused_conformal_rule_is_refused_in_one_line_naming_its_option(rules, tmp_path, capsys, command):
+    """A conformal rule edited after it was signed: one line naming the option, exit 2, nothing written (before the
+    triage, beside a triage)."""
+    doc = json.loads(rules["conformal"].read_text())
+    doc["created"] = "2000-01-01T00:00:00+00:00"
+    edited = tmp_path / "conformal_rule.json"
+    edited.write_text(json.dumps(doc))
+    pred = str(rules["B"]["predictions"])
+    argv, option = (["conformal", "-p", pred, "--rule", str(edited)], "--rule") if command == "conformal" else (
+        ["triage", "-p", pred, "--rule", str(rules["referral"]), "--conformal-rule", str(edited)], "--conformal-rule")
+    assert cli.main([*argv, "-o", str(tmp_path / "out"), "-q", *rules["trust"]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f": error: {option}: conformal rule {edited}" in err[0], err
+    assert not (tmp_path / "out").exists()
 
 
 def test_rule_read_api(rules):
