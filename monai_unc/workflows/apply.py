@@ -436,7 +436,10 @@ def check_beside_triage(rules: Mapping[str, Any], predictions: str | os.PathLike
     """Check the artifacts of :func:`rules_from_options` before the triage writes anything.
 
     Args:
-        rules: ``{command: artifact}``.
+        rules: ``{command: artifact}``: give each artifact as the product's
+            :meth:`~monai_unc.product.CohortProduct.read_command_artifact` read it (as
+            :func:`~monai_unc.workflows.report.triage_with_page` does), so that this check and
+            :func:`apply_beside_triage` act on one version of its file.
         predictions: the new cases' predictions.
         output: the triage folder.
         **options: ``images``, ``layout``, ``uncertainty``, ``allow_mismatch``, ``trust``.
@@ -462,7 +465,7 @@ def apply_beside_triage(rules: Mapping[str, Any], folders: Mapping[str, Path], p
     """Run the products' commands of a triage into their folders (:func:`check_beside_triage`).
 
     Args:
-        rules: ``{command: artifact}``.
+        rules: ``{command: artifact}``, those :func:`check_beside_triage` checked.
         folders: ``{command: output folder}``.
         predictions: the new cases' predictions.
         dist: the rank context.

@@ -23,6 +23,7 @@ from monai_unc.evaluation.conformal import ConformalRuleFile
 from monai_unc.evaluation.triage import RULE_FILE, ReferralRule
 from monai_unc.io.provenance import RuleRead
 from monai_unc.io.signing import Trust
+from monai_unc.product import CohortProduct
 from monai_unc.products import ConformalMasks
 from monai_unc.workflows.infer import InferSettings, check_run_settings
 from tests._cases import write_infer_case_records
@@ -204,3 +205,14 @@ def test_rule_read_api(rules):
             refused.get(Trust())
     with pytest.raises(TypeError, match="path"):
         RuleRead(None, ReferralRule.load)
+
+
+def test_read_command_artifact(rules):
+    """A product's command reads its artifact once through ``read_command_artifact``: the masks' rule into a
+    RuleRead, a loaded rule (or a read) as given; by default (a product that does not read its file) the path."""
+    trust = Trust((rules["trust"][1],))
+    read = ConformalMasks.read_command_artifact(rules["conformal"], trust)
+    assert isinstance(read, RuleRead) and isinstance(read.get(trust, ConformalRuleFile), ConformalRuleFile)
+    assert ConformalMasks.read_command_artifact(read, trust) is read
+    assert ConformalMasks.read_command_artifact(read.rule) is read.rule
+    assert CohortProduct.read_command_artifact("rule.json", trust) == "rule.json"
