@@ -1596,10 +1596,12 @@ class RuleRead:
         self.trust = trust
         self.rule: Any = None
         self.error: BaseException | None = None
+        self._traceback = None
         try:
             self.rule = load(self.path, trust)
         except (ValueError, TypeError, OSError) as e:  # a refusal of the file: raised where the command refuses it
             self.error = e
+            self._traceback = e.__traceback__  # each raise starts from the reader's frames again (get)
 
     def __repr__(self) -> str:
         state = "refused" if self.error is not None else type(self.rule).__name__
@@ -1609,8 +1611,8 @@ class RuleRead:
     def fingerprint(self) -> Mapping[str, Any] | None:
         """The verified rule's ``fingerprint``, or None when the file was refused.
 
-        What :func:`~monai_unc.workflows.apply.layout_from_rule` reads: a refused file records no layout (the command
-        refuses it before any work).
+        What :func:`~monai_unc.workflows.apply.layout_from_rule` reads (of a refused file, the layout its text
+        names: the command refuses the file, and acts on none of it).
         """
         return None if self.error is not None else getattr(self.rule, "fingerprint", None)
 
@@ -1634,7 +1636,7 @@ class RuleRead:
             raise TypeError(f"rule: {self!r} was verified with trust={self.trust!r}, not with the trust={trust!r} "
                             "given here: read it again with that trust")
         if self.error is not None:
-            raise self.error
+            raise self.error.with_traceback(self._traceback)
         if kind is not None and not isinstance(self.rule, kind):
             raise TypeError(f"rule: {self!r} holds a {type(self.rule).__name__}, not a {kind.__name__}")
         return self.rule

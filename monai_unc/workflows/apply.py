@@ -23,7 +23,7 @@ from .._utils import PARAMETER_ATTRIBUTE, parameter_error, refusing
 from ..engine import DistContext, start_notice
 from ..evaluation.products import command_output_markers
 from ..io import LAYOUTS, check_output_folder, check_output_kind, owned_folder, read_json_or_none
-from ..io.provenance import PRODUCER_LAYOUTS, fingerprint_layout, prediction_fingerprint
+from ..io.provenance import PRODUCER_LAYOUTS, RuleRead, fingerprint_layout, prediction_fingerprint
 from ..io.signing import Trust
 from ..product import CohortProduct, command_product, command_products
 from .session import CommandResult, quiet_lines, run_command
@@ -74,7 +74,8 @@ def apply_command(
     Args:
         command: the command's name or its product class.
         predictions: folder of the new cases' predictions.
-        artifact: the fitted file the command applies (its path, or the loaded file).
+        artifact: the fitted file the command applies (its path, the loaded file, or the file read once by the
+            product's :meth:`~monai_unc.product.CohortProduct.read_command_artifact`).
         output: the output folder.
         dist: a rank context the caller holds (its group is left alone), or None: join the process group or
             create one from torchrun's environment, and destroy one created here at the end.
@@ -182,9 +183,9 @@ def layout_from_rule(given: str | None, rule: Any, predictions: str | os.PathLik
     Args:
         given: the ``--layout`` option, or None when not given.
         rule: the rule file's path, or a loaded rule (anything with a ``fingerprint`` mapping: the commands pass the
-            file read and verified once, a :class:`~monai_unc.io.provenance.RuleRead`, which records no layout when
-            the file was refused). A file that cannot be read as JSON records no layout here (loading it reports
-            why).
+            file read and verified once, a :class:`~monai_unc.io.provenance.RuleRead`; of one that refused the file,
+            the layout its text records, so that the command's refusal of the file comes first). A file that cannot
+            be read as JSON records no layout here (loading it reports why).
         predictions: the folder of the new predictions.
         command: the command's name, for the notice.
 
@@ -204,6 +205,10 @@ def layout_from_rule(given: str | None, rule: Any, predictions: str | os.PathLik
     """
     if given is not None and given not in LAYOUTS:
         raise ValueError(f"--layout must be one of {tuple(LAYOUTS)}, got {given!r}")
+    if isinstance(rule, RuleRead) and rule.error is not None:
+        # a refused file: the layout its text names, read as before, so that the command's refusal is the file's own
+        # (--rule ...) whatever it checks first; the command acts on no version of it
+        rule = rule.path
     if isinstance(rule, (str, os.PathLike)):
         doc = read_json_or_none(rule)
         fingerprint = doc.get("fingerprint") if isinstance(doc, dict) else None

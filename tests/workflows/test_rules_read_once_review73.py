@@ -216,3 +216,17 @@ def test_read_command_artifact(rules):
     assert ConformalMasks.read_command_artifact(read, trust) is read
     assert ConformalMasks.read_command_artifact(read.rule) is read.rule
     assert CohortProduct.read_command_artifact("rule.json", trust) == "rule.json"
+
+
+def test_a_refusal_raised_again_starts_from_the_reader_each_time(tmp_path):
+    """``RuleRead.get`` raises the kept refusal with the reader's own traceback each time (re-raising the one object
+    grew its traceback with the frames of every earlier call)."""
+    import traceback
+
+    read = RuleRead(tmp_path / "missing.json", ReferralRule.load)
+    depths = []
+    for _ in range(3):
+        with pytest.raises(FileNotFoundError) as info:
+            read.get()
+        depths.append(len(traceback.extract_tb(info.value.__traceback__)))
+    assert depths[0] == depths[1] == depths[2], depths
