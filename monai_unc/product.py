@@ -990,6 +990,26 @@ class CohortProduct:
         return {}
 
     @classmethod
+    def read_command_artifact(cls, artifact: Any, trust: Any = None) -> Any:
+        """The command's artifact read and verified once: what :meth:`check_apply` and :meth:`apply_cases` receive.
+
+        A command checks its artifact before any work (:meth:`check_apply`, beside a triage) and applies it
+        (:meth:`apply_cases`); both get what this returns, so that they act on the one version of the file read here
+        (a file rewritten between two reads gave two different rules in earlier versions). A product whose reader
+        verifies the file returns a :class:`~monai_unc.io.provenance.RuleRead` of a path, which keeps a refusal of
+        the file for the step that refuses it. The default returns ``artifact`` unchanged (each step reads it).
+
+        Args:
+            artifact: the fitted file (its path) or the loaded artifact.
+            trust: the signatures the command accepts (:class:`~monai_unc.io.signing.Trust`), as for
+                :meth:`apply_cases`, or None.
+
+        Returns:
+            The ``artifact`` to give :meth:`check_apply` and :meth:`apply_cases` (with the same ``trust``).
+        """
+        return artifact
+
+    @classmethod
     def check_apply(cls, predictions: str | os.PathLike, artifact: Any, output: str | os.PathLike,
                     **options: Any) -> None:
         """Refuse, before any work, an artifact or predictions :meth:`apply_cases` would refuse (default: no check).

@@ -72,6 +72,7 @@ from ..io import (
 )
 from ..io.files import file_version, settled
 from ..io.provenance import (
+    RuleRead,
     calibration_geometry,
     case_geometry_warning,
     check_digest,
@@ -1322,9 +1323,16 @@ def _find_cases(predictions: Path, layout: str, images: str | os.PathLike | None
     return found
 
 
+def _rule_path(rule: Any) -> str | None:
+    """The resolved path of a rule given as a path or a :class:`~monai_unc.io.provenance.RuleRead`; None if loaded."""
+    if isinstance(rule, ConformalRuleFile):
+        return None
+    return str((rule.path if isinstance(rule, RuleRead) else Path(rule)).resolve())
+
+
 def check_conformal_inputs(
     predictions: str | os.PathLike,
-    rule: ConformalRuleFile | str | os.PathLike,
+    rule: ConformalRuleFile | RuleRead | str | os.PathLike,
     output: str | os.PathLike,
     *,
     images: str | os.PathLike | None = None,
@@ -1345,7 +1353,9 @@ def check_conformal_inputs(
 
     Args:
         predictions: output folder of ``monai-unc infer`` or ``nnunet-predict`` (``layout``), with probabilities.
-        rule: a :class:`ConformalRuleFile` or the path of a ``conformal_rule.json``.
+        rule: a :class:`ConformalRuleFile`, the path of a ``conformal_rule.json``, or that file read and verified
+            once by the caller (a :class:`~monai_unc.io.provenance.RuleRead` of :meth:`ConformalRuleFile.load` with
+            ``trust``: the command acts on the version read, and raises its refusal where it would refuse the file).
         output: the folder the masks would be written to.
         images: folder of the input images (listed with the cases only).
         layout: ``"monai-unc"`` or ``"nnunet"``.
@@ -1360,7 +1370,7 @@ def check_conformal_inputs(
         ``ValueError``) when the fingerprints differ and ``allow_mismatch`` is False, ``ValueError`` /
         ``FileNotFoundError`` / :class:`~monai_unc.io.CaseError` for the other refusals.
     """
-    rule_path = None if isinstance(rule, ConformalRuleFile) else str(Path(rule).resolve())
+    rule_path = _rule_path(rule)
     # each refusal names its parameter, which the command line writes as its option (found by a probe of every
     # command: "output folder ... is a file" and "conformal rule not found" named no option)
     with refusing("output"):
@@ -1369,7 +1379,8 @@ def check_conformal_inputs(
         check_inputs_not_written(output, CONFORMAL_WRITES, rule_path, predictions, images, uncertainty,
                                  what="--output")
     with refusing("rule"):  # every refusal of the file: missing, a folder, malformed, not signed as trusted
-        doc = rule if isinstance(rule, ConformalRuleFile) else ConformalRuleFile.load(rule, trust)
+        doc = (rule if isinstance(rule, ConformalRuleFile) else rule.get(trust, ConformalRuleFile)
+               if isinstance(rule, RuleRead) else ConformalRuleFile.load(rule, trust))
     found = _find_cases(Path(predictions), layout, images, doc, uncertainty)
     check = check_prediction_fingerprint(doc.fingerprint, doc.regions, predictions, layout,
                                          [f.case_id for f in found], uncertainty, allow_mismatch=allow_mismatch)
@@ -1468,7 +1479,7 @@ def _restore_conformal_row(output: str | os.PathLike, doc: Mapping[str, Any]) ->
 
 def run_conformal(
     predictions: str | os.PathLike,
-    rule: ConformalRuleFile | str | os.PathLike,
+    rule: ConformalRuleFile | RuleRead | str | os.PathLike,
     output: str | os.PathLike,
     *,
     images: str | os.PathLike | None = None,
@@ -1491,7 +1502,9 @@ def run_conformal(
 
     Args:
         predictions: output folder of ``monai-unc infer`` or ``nnunet-predict`` (``layout``), with probabilities.
-        rule: a :class:`ConformalRuleFile` or the path of a ``conformal_rule.json``.
+        rule: a :class:`ConformalRuleFile`, the path of a ``conformal_rule.json``, or that file read and verified
+            once by the caller (a :class:`~monai_unc.io.provenance.RuleRead` of :meth:`ConformalRuleFile.load` with
+            ``trust``: the command acts on the version read, and raises its refusal where it would refuse the file).
         output: output folder.
         images: folder of the input images (listed with the cases only).
         layout: ``"monai-unc"`` or ``"nnunet"``.
@@ -1513,7 +1526,7 @@ def run_conformal(
     """
     ctx = dist if dist is not None else get_dist_context()
     output = Path(output)
-    rule_path = None if isinstance(rule, ConformalRuleFile) else str(Path(rule).resolve())
+    rule_path = _rule_path(rule)
     got: dict[str, Any] = {}
 
     def listing() -> list[CaseFiles]:

@@ -1559,6 +1559,89 @@ def read_checked_json(
     return doc
 
 
+class RuleRead:
+    """A rule file read, parsed and verified once for a command: the rule it holds, or why it was refused.
+
+    A command that needs a rule file at several of its steps (the layout of the predictions, the checks before any
+    work, the run) reads it once here and passes this object on, so that every step acts on the one version read:
+    in earlier versions a file rewritten between two reads (by another process, or a user editing it) gave a layout
+    taken from one file, unverified, and a verified rule of another. A refusal of the file (missing, malformed, not
+    signed as trusted) is kept and raised by :meth:`get`, where the command refuses the file, so that the order of
+    the command's checks is unchanged.
+
+    Args:
+        path: the rule file.
+        load: its checked reader, ``load(path, trust)`` (e.g. :meth:`~monai_unc.evaluation.triage.ReferralRule.load`).
+        trust: the signatures the reader accepts (:class:`~monai_unc.io.signing.Trust`), or None (not checked); a
+            ``trust`` the reader refuses is a refusal like the file's.
+
+    Attributes:
+        path: the rule file.
+        trust: the ``trust`` it was verified with.
+        rule: what ``load`` returned, or None when it refused the file.
+        error: the refusal (``ValueError``, ``TypeError`` or ``OSError``), or None.
+
+    Example:
+        >>> read = RuleRead("no/such/rule.json", lambda path, trust: json.loads(path.read_text()))
+        >>> read.rule is None, read.fingerprint is None, type(read.error).__name__
+        (True, True, 'FileNotFoundError')
+    """
+
+    def __init__(self, path: str | os.PathLike, load: Any, trust: Trust | None = None) -> None:
+        if isinstance(path, RuleRead) or not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be the path of a rule file, got {type(path).__name__}")
+        if not callable(load):
+            raise TypeError(f"load must be the rule file's reader, load(path, trust), got {load!r:.80}")
+        self.path = Path(path)
+        self.trust = trust
+        self.rule: Any = None
+        self.error: BaseException | None = None
+        self._traceback = None
+        try:
+            self.rule = load(self.path, trust)
+        except (ValueError, TypeError, OSError) as e:  # a refusal of the file: raised where the command refuses it
+            self.error = e
+            self._traceback = e.__traceback__  # each raise starts from the reader's frames again (get)
+
+    def __repr__(self) -> str:
+        state = "refused" if self.error is not None else type(self.rule).__name__
+        return f"RuleRead({str(self.path)!r}: {state})"
+
+    @property
+    def fingerprint(self) -> Mapping[str, Any] | None:
+        """The verified rule's ``fingerprint``, or None when the file was refused.
+
+        What :func:`~monai_unc.workflows.apply.layout_from_rule` reads (of a refused file, the layout its text
+        names: the command refuses the file, and acts on none of it).
+        """
+        return None if self.error is not None else getattr(self.rule, "fingerprint", None)
+
+    def get(self, trust: Trust | None = None, kind: type | None = None) -> Any:
+        """The verified rule, or the refusal of the file raised (the same exception each time).
+
+        Args:
+            trust: the signatures the caller requires, or None (none): a ``trust`` must be the one the file was
+                verified with (``TypeError`` otherwise: a file read without checking its signature, or checked against
+                other keys, is never passed off as checked).
+            kind: the class the rule must be (None: any).
+
+        Returns:
+            The rule ``load`` returned.
+
+        Raises:
+            TypeError: naming ``rule``, when ``trust`` is not the one the file was read with or the rule is not a
+                ``kind``; the file's refusal otherwise.
+        """
+        if trust is not None and trust != self.trust:
+            raise TypeError(f"rule: {self!r} was verified with trust={self.trust!r}, not with the trust={trust!r} "
+                            "given here: read it again with that trust")
+        if self.error is not None:
+            raise self.error.with_traceback(self._traceback)
+        if kind is not None and not isinstance(self.rule, kind):
+            raise TypeError(f"rule: {self!r} holds a {type(self.rule).__name__}, not a {kind.__name__}")
+        return self.rule
+
+
 def write_signed_json(path: str | os.PathLike, body: Mapping[str, Any], key: str | os.PathLike | None = None
                       ) -> Path:
     """Write a fitted file (a rule, a product's artifact) signed, atomically: the one writer of certified files.

@@ -602,6 +602,33 @@ class ConformalMasks(CohortProduct):
 
     # -- the command: the rule applied to new cases -----------------------------------------------------------
     @classmethod
+    def read_command_artifact(cls, artifact: Any, trust: Any = None) -> Any:
+        """``conformal_rule.json`` read and verified once.
+
+        :meth:`~monai_unc.evaluation.conformal.ConformalRuleFile.load`, kept in a
+        :class:`~monai_unc.io.provenance.RuleRead`.
+
+        Args:
+            artifact: the rule file's path, or the loaded rule file (or a read of it), returned unchanged.
+            trust: the signatures the command accepts, or None (not checked).
+
+        Returns:
+            A :class:`~monai_unc.io.provenance.RuleRead` of a path (a refusal of the file is raised by the check that
+            refuses it), else ``artifact``.
+
+        Example:
+            >>> read = ConformalMasks.read_command_artifact("no/such/conformal_rule.json")
+            >>> type(read).__name__, type(read.error).__name__
+            ('RuleRead', 'FileNotFoundError')
+        """
+        from ..evaluation.conformal import ConformalRuleFile
+        from ..io.provenance import RuleRead
+
+        if isinstance(artifact, (str, os.PathLike)):
+            return RuleRead(artifact, ConformalRuleFile.load, trust)
+        return artifact
+
+    @classmethod
     def check_apply(cls, predictions: str | os.PathLike, artifact: Any, output: str | os.PathLike,
                     **options: Any) -> None:
         """The checks of ``monai-unc conformal`` before any work, writing nothing.
@@ -610,7 +637,7 @@ class ConformalMasks(CohortProduct):
 
         Args:
             predictions: the new cases' predictions.
-            artifact: ``conformal_rule.json`` (its path or the loaded rule file).
+            artifact: ``conformal_rule.json`` (its path, the loaded rule file or its :meth:`read_command_artifact`).
             output: the masks' folder.
             **options: ``images``, ``layout``, ``uncertainty``, ``allow_mismatch``, ``trust``.
 
@@ -629,7 +656,7 @@ class ConformalMasks(CohortProduct):
 
         Args:
             predictions: the new cases' predictions (with probabilities).
-            artifact: ``conformal_rule.json`` (its path or the loaded rule file).
+            artifact: ``conformal_rule.json`` (its path, the loaded rule file or its :meth:`read_command_artifact`).
             output: the folder of the masks, ``conformal.csv`` and ``conformal.json``.
             dist: the rank context, or None.
             **options: as :func:`~monai_unc.evaluation.conformal.run_conformal`.

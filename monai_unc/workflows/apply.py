@@ -23,7 +23,7 @@ from .._utils import PARAMETER_ATTRIBUTE, parameter_error, refusing
 from ..engine import DistContext, start_notice
 from ..evaluation.products import command_output_markers
 from ..io import LAYOUTS, check_output_folder, check_output_kind, owned_folder, read_json_or_none
-from ..io.provenance import PRODUCER_LAYOUTS, fingerprint_layout, prediction_fingerprint
+from ..io.provenance import PRODUCER_LAYOUTS, RuleRead, fingerprint_layout, prediction_fingerprint
 from ..io.signing import Trust
 from ..product import CohortProduct, command_product, command_products
 from .session import CommandResult, quiet_lines, run_command
@@ -74,7 +74,8 @@ def apply_command(
     Args:
         command: the command's name or its product class.
         predictions: folder of the new cases' predictions.
-        artifact: the fitted file the command applies (its path, or the loaded file).
+        artifact: the fitted file the command applies (its path, the loaded file, or the file read once by the
+            product's :meth:`~monai_unc.product.CohortProduct.read_command_artifact`).
         output: the output folder.
         dist: a rank context the caller holds (its group is left alone), or None: join the process group or
             create one from torchrun's environment, and destroy one created here at the end.
@@ -128,11 +129,16 @@ def apply_from_arguments(args: argparse.Namespace) -> CommandResult[Any]:
         warning lines alone with ``--quiet`` (:func:`~monai_unc.workflows.session.quiet_lines`).
     """
     cls = product_of_command(args.command)
-    layout, layout_notice = layout_from_rule(args.layout, args.rule, args.predictions, command=str(cls.command))
+    trust = trust_from_arguments(args)
+    # the rule file read and verified once: the layout, the checks and the run act on that one version (in earlier
+    # versions the layout came from a first, unverified read and the run from a second one: a file rewritten in
+    # between gave two rules); a refusal of the file is raised by the check that refuses it, in its place
+    rule = cls.read_command_artifact(args.rule, trust)
+    layout, layout_notice = layout_from_rule(args.layout, rule, args.predictions, command=str(cls.command))
     with start_notice(layout_notice, unsigned_notice(args)):
-        res = apply_command(cls, args.predictions, args.rule, args.output, images=args.images, layout=layout,
+        res = apply_command(cls, args.predictions, rule, args.output, images=args.images, layout=layout,
                             uncertainty=args.uncertainty, allow_mismatch=args.allow_mismatch, progress=not args.quiet,
-                            trust=trust_from_arguments(args), **cls.command_options(args))
+                            trust=trust, **cls.command_options(args))
     return dataclasses.replace(res, lines=quiet_lines(res.lines)) if args.quiet else res
 
 
@@ -176,7 +182,9 @@ def layout_from_rule(given: str | None, rule: Any, predictions: str | os.PathLik
 
     Args:
         given: the ``--layout`` option, or None when not given.
-        rule: the rule file's path, or a loaded rule (anything with a ``fingerprint`` mapping). A file that cannot
+        rule: the rule file's path, or a loaded rule (anything with a ``fingerprint`` mapping: the commands pass the
+            file read and verified once, a :class:`~monai_unc.io.provenance.RuleRead`; of one that refused the file,
+            the layout its text records, so that the command's refusal of the file comes first). A file that cannot
             be read as JSON records no layout here (loading it reports why).
         predictions: the folder of the new predictions.
         command: the command's name, for the notice.
@@ -197,6 +205,10 @@ def layout_from_rule(given: str | None, rule: Any, predictions: str | os.PathLik
     """
     if given is not None and given not in LAYOUTS:
         raise ValueError(f"--layout must be one of {tuple(LAYOUTS)}, got {given!r}")
+    if isinstance(rule, RuleRead) and rule.error is not None:
+        # a refused file: the layout its text names, read as before, so that the command's refusal is the file's own
+        # (--rule ...) whatever it checks first; the command acts on no version of it
+        rule = rule.path
     if isinstance(rule, (str, os.PathLike)):
         doc = read_json_or_none(rule)
         fingerprint = doc.get("fingerprint") if isinstance(doc, dict) else None
@@ -429,7 +441,10 @@ def check_beside_triage(rules: Mapping[str, Any], predictions: str | os.PathLike
     """Check the artifacts of :func:`rules_from_options` before the triage writes anything.
 
     Args:
-        rules: ``{command: artifact}``.
+        rules: ``{command: artifact}``: give each artifact as the product's
+            :meth:`~monai_unc.product.CohortProduct.read_command_artifact` read it (as
+            :func:`~monai_unc.workflows.report.triage_with_page` does), so that this check and
+            :func:`apply_beside_triage` act on one version of its file.
         predictions: the new cases' predictions.
         output: the triage folder.
         **options: ``images``, ``layout``, ``uncertainty``, ``allow_mismatch``, ``trust``.
@@ -455,7 +470,7 @@ def apply_beside_triage(rules: Mapping[str, Any], folders: Mapping[str, Path], p
     """Run the products' commands of a triage into their folders (:func:`check_beside_triage`).
 
     Args:
-        rules: ``{command: artifact}``.
+        rules: ``{command: artifact}``, those :func:`check_beside_triage` checked.
         folders: ``{command: output folder}``.
         predictions: the new cases' predictions.
         dist: the rank context.

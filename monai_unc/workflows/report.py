@@ -33,7 +33,13 @@ from ..io.signing import Trust
 from ..report.html import REPORT_SOURCE_RECORD, ReadEvaluation, read_evaluation, write_report
 from ..report.triage import build_triage_page
 from ..report.viewer import ASSET_DIR, check_convention
-from .apply import apply_beside_triage, check_beside_triage, remove_stale_beside_triage, rules_from_options
+from .apply import (
+    apply_beside_triage,
+    check_beside_triage,
+    product_of_command,
+    remove_stale_beside_triage,
+    rules_from_options,
+)
 from .prepare import error_text, read_case_list
 from .session import CommandResult
 
@@ -243,7 +249,9 @@ def triage_with_page(
 
     Args:
         predictions: folder of the new cases' predictions.
-        rule: a :class:`~monai_unc.evaluation.triage.ReferralRule` or the path of its ``referral_rule.json``.
+        rule: a :class:`~monai_unc.evaluation.triage.ReferralRule`, the path of its ``referral_rule.json`` or that
+            file read and verified once (a :class:`~monai_unc.io.provenance.RuleRead` with ``trust``:
+            :func:`~monai_unc.evaluation.triage.run_triage`).
         output: output folder (writable, outside ``predictions``, ``images`` and ``uncertainty``).
         images: folder of the input images (image-statistics check, overlays).
         allow_mismatch: triage predictions whose fingerprint differs from the rule's.
@@ -256,8 +264,9 @@ def triage_with_page(
             ``--allow-unsigned``; :mod:`monai_unc.io.signing`), or None (not checked).
         convention: how the page's case figures and viewers draw the patient's sides (``--convention``):
             ``"neurological"`` (default) or ``"radiological"`` (:data:`monai_unc.report.viewer.CONVENTIONS`).
-        **product_rules: ``<command>_rule``: the artifact a product's command applies (its path or the loaded
-            file), or None (:func:`monai_unc.workflows.apply.rules_from_options`).
+        **product_rules: ``<command>_rule``: the artifact a product's command applies (its path, read once by
+            the product's :meth:`~monai_unc.product.CohortProduct.read_command_artifact`, or the loaded file), or
+            None (:func:`monai_unc.workflows.apply.rules_from_options`).
 
     Returns:
         ``(result, page)``; ``page`` is None on ranks other than 0.
@@ -281,6 +290,10 @@ def triage_with_page(
         check_inputs_not_written(output, _PAGE_ASSET_WRITES, predictions, images, uncertainty, what="--output")
     common = {"images": images, "layout": layout, "uncertainty": uncertainty, "allow_mismatch": allow_mismatch,
               "trust": trust}
+    # each product's rule file read and verified once: its check before the triage and its run after it act on the
+    # one version read (in earlier versions each read the file: rewritten in between, two rules)
+    rules = {command: product_of_command(command).read_command_artifact(artifact, trust)
+             for command, artifact in rules.items()}
     folders = check_beside_triage(rules, predictions, output, **common)  # refused here, before the triage writes
     ctx = dist if dist is not None else get_dist_context()
     with contextlib.ExitStack() as held:  # the folder is this run's until its page is written (rank 0)

@@ -34,6 +34,7 @@ from ..evaluation.triage import (
     mismatch_fields,
     run_triage,
 )
+from ..io.provenance import RuleRead
 from ..product import (
     ThresholdText,
     format_cell,
@@ -74,7 +75,8 @@ def triage_command(
 
     Args:
         predictions: folder of the new cases' predictions.
-        rule: a :class:`~monai_unc.evaluation.triage.ReferralRule` or the path of its ``referral_rule.json``.
+        rule: a :class:`~monai_unc.evaluation.triage.ReferralRule`, the path of its ``referral_rule.json`` or that
+            file read and verified once (a :class:`~monai_unc.io.provenance.RuleRead` with ``trust``).
         output: output folder (``triage.csv``, ``triage.json``, ``triage.html``, ``state/``).
         dist: a rank context the caller holds (its group is left alone), or None: join the process group or
             create one from torchrun's environment, and destroy one created here at the end.
@@ -411,13 +413,18 @@ def triage_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[Triag
             check_store(monitor_db, output=args.output)  # a store in -o, which the triage creates
         except (ValueError, OSError) as e:
             raise ValueError(f"--monitor: {e}") from None
+    trust = trust_from_arguments(args)
+    # the rule read and verified once (found by review 73: the layout came from a first, unverified read of the file
+    # and the triage from a second, verified one; a file rewritten in between gave two rules): the layout, the checks
+    # and the triage act on this one version, and a refusal of the file is raised where the triage refuses it
+    rule = RuleRead(args.rule, ReferralRule.load, trust)
     # the layout the rule records unless --layout is given (found by review 64: nnU-Net predictions needed the option)
-    layout, layout_notice = layout_from_rule(args.layout, args.rule, args.predictions)
+    layout, layout_notice = layout_from_rule(args.layout, rule, args.predictions)
     with start_notice(layout_notice, unsigned_notice(args)):  # said once the checks passed and the cases are triaged
         res = triage_command(
-            args.predictions, args.rule, args.output, images=args.images, allow_mismatch=args.allow_mismatch,
+            args.predictions, rule, args.output, images=args.images, allow_mismatch=args.allow_mismatch,
             layout=layout, uncertainty=args.uncertainty, cases=args.cases, progress=not args.quiet,
-            trust=trust_from_arguments(args), convention=getattr(args, "convention", "neurological"),
+            trust=trust, convention=getattr(args, "convention", "neurological"),
             **product_rule_options(args),
         )  # fmt: skip
     if monitor_db is not None and res.is_main:

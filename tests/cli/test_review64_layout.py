@@ -139,3 +139,22 @@ def test_a_folder_without_run_records_named_as_the_other_layout_is_read_so(certi
     assert not capsys.readouterr().err.strip()  # the default layout: nothing to say
     rows = _rows(tmp_path / "derived" / "triage.csv")
     assert sorted(next(iter(r.values())) for r in rows) == ["toy000", "toy001", "toy002"], rows[:1]
+
+
+@pytest.mark.parametrize("conformal", [False, True])
+def test_an_edited_rule_is_refused_as_the_rule_beside_a_conformal_rule(certified, tmp_path, capsys, conformal):
+    """A referral rule edited after it was signed, on nnU-Net predictions: ``triage`` refuses it naming ``--rule``,
+    also with ``--conformal-rule`` (whose check runs first in the layout taken from the refused file's text; taken
+    from no file, the layout fell back to monai-unc's and the conformal check refused the predictions instead)."""
+    doc = json.loads(certified["rule"].read_text())
+    doc["created"] = "2000-01-01T00:00:00+00:00"
+    edited = tmp_path / "edited_rule.json"
+    edited.write_text(json.dumps(doc))
+    argv = ["triage", "-p", str(certified["new"]), "--rule", str(edited), "-o", str(tmp_path / "o"), "--cases", "0",
+            "-q"] + (["--conformal-rule", str(certified["conformal"])] if conformal else [])
+    capsys.readouterr()
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "error: --rule: referral rule" in err and "does not match its digest" in err, err
+    assert not (tmp_path / "o").exists()

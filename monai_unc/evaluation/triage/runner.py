@@ -35,7 +35,13 @@ from ...io import (
     read_json_or_none,
     write_csv,
 )
-from ...io.provenance import check_prediction_fingerprint, has_weight_digests, list_prediction_cases, rule_digest
+from ...io.provenance import (
+    RuleRead,
+    check_prediction_fingerprint,
+    has_weight_digests,
+    list_prediction_cases,
+    rule_digest,
+)
 from ...io.signing import Trust, sign_digest
 from ...scores import case_score_columns
 from ..cohort import triage_order
@@ -496,7 +502,7 @@ def _assemble(
 
 def run_triage(
     predictions: str | os.PathLike,
-    rule: ReferralRule | str | os.PathLike,
+    rule: ReferralRule | RuleRead | str | os.PathLike,
     output: str | os.PathLike,
     images: str | os.PathLike | None = None,
     allow_mismatch: bool = False,
@@ -538,7 +544,9 @@ def run_triage(
     Args:
         predictions: output folder of ``monai-unc infer`` (``layout="monai-unc"``) or ``nnunet-predict``
             (``layout="nnunet"``).
-        rule: a :class:`ReferralRule` or the path of a ``referral_rule.json``.
+        rule: a :class:`ReferralRule`, the path of a ``referral_rule.json``, or that file read and verified once by
+            the caller (a :class:`~monai_unc.io.provenance.RuleRead` of :meth:`ReferralRule.load` with ``trust``:
+            the run acts on the version read, and raises its refusal where it would refuse the file).
         output: output folder (must not lie inside an input folder).
         images: folder of the input images (image-statistics check and overlays).
         allow_mismatch: record a fingerprint or region mismatch in ``triage.json`` instead of raising.
@@ -569,7 +577,8 @@ def run_triage(
         raise TypeError(f"allow_mismatch must be True or False, got {allow_mismatch!r:.80}")
     ctx = dist if dist is not None else get_dist_context()
     output = Path(output)
-    rule_path = None if isinstance(rule, ReferralRule) else str(Path(rule).resolve())
+    rule_path = (None if isinstance(rule, ReferralRule) else
+                 str((rule.path if isinstance(rule, RuleRead) else Path(rule)).resolve()))
     got: dict[str, Any] = {}  # the rule and the fingerprint check, found while listing the cases
 
     def listing() -> list[CaseFiles]:
@@ -581,7 +590,8 @@ def run_triage(
             check_inputs_not_written(output, TRIAGE_WRITES, rule_path, predictions, images, uncertainty,
                                      what="--output")  # e.g. --rule OUT/triage.json: never replaced by the output
         with refusing("rule"):  # every refusal of the file: missing, a folder, malformed, not signed as trusted
-            the_rule = rule if isinstance(rule, ReferralRule) else ReferralRule.load(rule, trust)
+            the_rule = (rule if isinstance(rule, ReferralRule) else rule.get(trust, ReferralRule)
+                        if isinstance(rule, RuleRead) else ReferralRule.load(rule, trust))
         found = find_prediction_cases(predictions, the_rule, layout, uncertainty=uncertainty, images=images,
                                       cases=cases)
         got["check"] = check_prediction_fingerprint(the_rule.fingerprint, the_rule.regions, predictions, layout,
