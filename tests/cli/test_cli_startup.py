@@ -60,7 +60,8 @@ def _help_argvs() -> list[list[str]]:
 #: runs each argv of a JSON list in this one fresh interpreter, one after the other, as ``monai-unc <argv>`` does
 #: (argparse's exits caught), and prints per argv a JSON line: its exit status, stdout, stderr, and the modules of
 #: HEAVY loaded so far (modules only accumulate: none loaded after an argv means none of the argvs up to it loaded
-#: one); then, last (it loads torch), the lazily imported names of ``monai_unc.nnunet`` (where nnunetv2 is installed)
+#: one); then, last, whether importing ``monai_unc.nnunet`` (where nnunetv2 is installed) leaves torch unloaded (its
+#: names are resolved in ``command_runs``' interpreter, which has loaded torch and MONAI anyway)
 _LIGHT = """
 import contextlib, importlib.util, io, json, sys
 from monai_unc import cli
@@ -77,10 +78,8 @@ for argv in json.loads(sys.argv[1]):
 import numpy  # the control: the same reading sees a module of HEAVY once one is loaded
 print(json.dumps({"control": sorted(m for m in sys.modules if m.split(".")[0] in HEAVY)}))
 if importlib.util.find_spec("nnunetv2") is not None:
-    import monai_unc.nnunet as m
-    light = "torch" not in sys.modules
-    missing = [n for n in m.__all__ if not hasattr(m, n)]
-    print(json.dumps({"nnunet": [light, missing, m.UncertaintyPredictor.__module__, m.export.__name__]}))
+    import monai_unc.nnunet
+    print(json.dumps({"nnunet": "torch" not in sys.modules}))
 """
 
 
@@ -88,10 +87,10 @@ if importlib.util.find_spec("nnunetv2") is not None:
 def light_runs(tmp_path_factory) -> dict:
     """Every ``--help``, every command with a flag it does not know and ``--version``, run one after the other in ONE
     fresh interpreter (once per test session: :mod:`tests._shared`; one interpreter start instead of ~30): ``{"
-    ".join(argv): its JSON line}``, and under ``"nnunet"`` the check of the nnU-Net package's lazy names (absent
-    without nnunetv2). What a command imports is only seen in a fresh process; the modules of all the argvs
-    accumulate there, so each check below (nothing of HEAVY loaded yet after its argv) is at least as strict as one
-    interpreter per argv."""
+    ".join(argv): its JSON line}``, and under ``"nnunet"`` whether torch was still unloaded after importing the
+    nnU-Net package (absent without nnunetv2). What a command imports is only seen in a fresh process; the modules
+    of all the argvs accumulate there, so each check below (nothing of HEAVY loaded yet after its argv) is at least as
+    strict as one interpreter per argv."""
     from tests._shared import once_per_session
 
     argvs = [*_help_argvs(), *([c, "--no-such-flag"] for c in _commands()), ["--version"]]
@@ -176,12 +175,16 @@ def test_a_command_still_gets_torch_and_its_names(monkeypatch):
         cli.no_such_name  # noqa: B018
 
 
-def test_nnunet_package_names_load_on_first_access(light_runs):
-    """``from monai_unc.nnunet import X`` works for every public name, though the package imports them lazily (checked
-    last in the interpreter of ``light_runs``, where torch had not been imported)."""
+def test_nnunet_package_names_load_on_first_access(light_runs, command_runs):
+    """``from monai_unc.nnunet import X`` works for every public name, though the package imports them lazily:
+    importing the package loads no torch (checked last in the interpreter of ``light_runs``), and every name resolves
+    on first access (checked last in the interpreter of ``command_runs``, where no module of ``monai_unc.nnunet`` had
+    been imported: the names load torch and MONAI, which that interpreter had loaded anyway, so no interpreter starts
+    for this alone)."""
     if "nnunet" not in light_runs:  # that interpreter found no nnunetv2 (read there: no import of it here)
         pytest.skip("could not import 'nnunetv2'")
-    assert light_runs["nnunet"] == [True, [], "monai_unc.nnunet.predictor", "monai_unc.nnunet.export"]
+    assert light_runs["nnunet"] is True
+    assert command_runs["nnunet"] == [[], [], "monai_unc.nnunet.predictor", "monai_unc.nnunet.export"]
 
 
 #: command -> the workflow module it runs on: the commands that only read and compute, which start without MONAI
@@ -231,6 +234,12 @@ for argv in json.loads(sys.argv[1]):
                       "workflows": sorted(m for m in sys.modules if m.startswith("monai_unc.workflows.")),
                       "monai": sorted(m for m in sys.modules if m.split(".")[0] == "monai"),
                       "watched": sorted(now), "new": sorted(now - before)}))
+import importlib.util
+if importlib.util.find_spec("nnunetv2") is not None:  # the nnU-Net package's lazy names, first loaded here
+    loaded = sorted(m for m in sys.modules if m.startswith("monai_unc.nnunet"))
+    import monai_unc.nnunet as m
+    missing = [n for n in m.__all__ if not hasattr(m, n)]
+    print(json.dumps({"nnunet": [loaded, missing, m.UncertaintyPredictor.__module__, m.export.__name__]}))
 """
 _WATCHED = ("scipy.stats", "scipy.signal", "monai_unc.workflows.", "monai_unc.metrics.monitoring")
 
@@ -241,7 +250,9 @@ def command_runs(tmp_path_factory) -> dict:
     :mod:`tests._shared`; one interpreter start with torch instead of four): a real ``evaluate`` on a NIfTI cohort
     first, then each command of ``READ_AND_COMPUTE`` on an input it refuses (``monitor`` first), then ``infer``
     (which imports MONAI) last. ``{"folder": the run's folder, "order": the commands in their order, command: its
-    JSON line}`` (``"evaluate-nifti"`` for the real evaluate).
+    JSON line}`` (``"evaluate-nifti"`` for the real evaluate); under ``"nnunet"`` (where nnunetv2 is installed),
+    read after the last command: the ``monai_unc.nnunet`` modules loaded before, the package's public names that did
+    not resolve, and the modules of two of them.
 
     What a command imports is only seen in a fresh process. Modules only accumulate, so "not loaded after this
     command" (checked on the modules loaded so far) is at least as strict as in an interpreter of its own, and "loaded
@@ -269,9 +280,11 @@ def command_runs(tmp_path_factory) -> dict:
         proc = subprocess.run([sys.executable, "-c", _SEQUENCE % (_WATCHED,), json.dumps(argvs)], capture_output=True,
                               text=True, env=env, cwd=ROOT, timeout=600)
         assert proc.returncode == 0, proc.stderr[-2000:]
-        results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        results = [r for r in lines if "argv" in r]
         assert [r["argv"] for r in results] == argvs
-        return {"order": order, **dict(zip(order, results))}
+        nnunet = [r for r in lines if "nnunet" in r]
+        return {"order": order, **dict(zip(order, results)), **(nnunet[0] if nnunet else {})}
 
     folder, runs = once_per_session(tmp_path_factory, "cli_startup_command_runs", run)
     return {"folder": folder, **runs}
