@@ -80,10 +80,12 @@ from ..io.provenance import (
     check_prediction_fingerprint,
     check_signature,
     list_prediction_cases,
+    load_rule,
     prediction_fingerprint,
     read_checked_json,
     read_geometry,
     rule_digest,
+    rule_file_path,
     write_signed_json,
 )
 from ..io.signing import SIGNATURE_FIELD, Trust
@@ -1323,13 +1325,6 @@ def _find_cases(predictions: Path, layout: str, images: str | os.PathLike | None
     return found
 
 
-def _rule_path(rule: Any) -> str | None:
-    """The resolved path of a rule given as a path or a :class:`~monai_unc.io.provenance.RuleRead`; None if loaded."""
-    if isinstance(rule, ConformalRuleFile):
-        return None
-    return str((rule.path if isinstance(rule, RuleRead) else Path(rule)).resolve())
-
-
 def check_conformal_inputs(
     predictions: str | os.PathLike,
     rule: ConformalRuleFile | RuleRead | str | os.PathLike,
@@ -1370,7 +1365,7 @@ def check_conformal_inputs(
         ``ValueError``) when the fingerprints differ and ``allow_mismatch`` is False, ``ValueError`` /
         ``FileNotFoundError`` / :class:`~monai_unc.io.CaseError` for the other refusals.
     """
-    rule_path = _rule_path(rule)
+    rule_path = rule_file_path(rule, ConformalRuleFile)
     # each refusal names its parameter, which the command line writes as its option (found by a probe of every
     # command: "output folder ... is a file" and "conformal rule not found" named no option)
     with refusing("output"):
@@ -1379,8 +1374,7 @@ def check_conformal_inputs(
         check_inputs_not_written(output, CONFORMAL_WRITES, rule_path, predictions, images, uncertainty,
                                  what="--output")
     with refusing("rule"):  # every refusal of the file: missing, a folder, malformed, not signed as trusted
-        doc = (rule if isinstance(rule, ConformalRuleFile) else rule.get(trust, ConformalRuleFile)
-               if isinstance(rule, RuleRead) else ConformalRuleFile.load(rule, trust))
+        doc = load_rule(rule, ConformalRuleFile, trust)
     found = _find_cases(Path(predictions), layout, images, doc, uncertainty)
     check = check_prediction_fingerprint(doc.fingerprint, doc.regions, predictions, layout,
                                          [f.case_id for f in found], uncertainty, allow_mismatch=allow_mismatch)
@@ -1526,7 +1520,7 @@ def run_conformal(
     """
     ctx = dist if dist is not None else get_dist_context()
     output = Path(output)
-    rule_path = _rule_path(rule)
+    rule_path = rule_file_path(rule, ConformalRuleFile)
     got: dict[str, Any] = {}
 
     def listing() -> list[CaseFiles]:

@@ -17,6 +17,8 @@ Triage and the cohort products use them alike:
 - :func:`read_checked_json`: the one reader of such a file (untrusted strict JSON: its format, version and digest
   checked), with its parts :func:`check_document` (format and version of data already parsed) and
   :func:`check_digest`.
+- :class:`RuleRead`: a rule file read and verified once for a command; :func:`rule_file_path` / :func:`load_rule`: a
+  rule given as a path, a :class:`RuleRead` or the loaded rule, as the commands' steps take it.
 """
 
 from __future__ import annotations
@@ -1640,6 +1642,53 @@ class RuleRead:
         if kind is not None and not isinstance(self.rule, kind):
             raise TypeError(f"rule: {self!r} holds a {type(self.rule).__name__}, not a {kind.__name__}")
         return self.rule
+
+
+def rule_file_path(rule: Any, kind: type) -> str | None:
+    """The resolved path of a rule file given as its path or as a :class:`RuleRead` of it; None for a loaded rule.
+
+    Args:
+        rule: a loaded ``kind``, a :class:`RuleRead` or the file's path.
+        kind: the rule's class (e.g. :class:`~monai_unc.evaluation.triage.ReferralRule`).
+
+    Returns:
+        The path (what a command checks its outputs against and records), or None when ``rule`` is a ``kind``.
+
+    Example:
+        >>> rule_file_path("rules/../rule.json", dict) == str(Path("rule.json").resolve())
+        True
+    """
+    if isinstance(rule, kind):
+        return None
+    return str((rule.path if isinstance(rule, RuleRead) else Path(rule)).resolve())
+
+
+def load_rule(rule: Any, kind: Any, trust: Trust | None = None) -> Any:
+    """The rule a command's step acts on, however the rule was given.
+
+    A loaded ``kind`` as given, a :class:`RuleRead`'s verified rule, or the file read by ``kind.load(path, trust)``.
+
+    Args:
+        rule: a loaded ``kind``, a :class:`RuleRead` (read with ``trust``) or the file's path.
+        kind: the rule's class, whose ``load(path, trust)`` reads and verifies its file.
+        trust: the signatures the command accepts, or None (not checked).
+
+    Returns:
+        The rule.
+
+    Raises:
+        The file's refusal (that of ``kind.load``, or the one a :class:`RuleRead` kept); ``TypeError`` as
+        :meth:`RuleRead.get`.
+
+    Example:
+        >>> load_rule({"a": 1}, dict)
+        {'a': 1}
+    """
+    if isinstance(rule, kind):
+        return rule
+    if isinstance(rule, RuleRead):
+        return rule.get(trust, kind)
+    return kind.load(rule, trust)
 
 
 def write_signed_json(path: str | os.PathLike, body: Mapping[str, Any], key: str | os.PathLike | None = None

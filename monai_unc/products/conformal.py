@@ -545,7 +545,7 @@ class ConformalMasks(CohortProduct):
         from ..evaluation.triage.rule import not_as_certified
         from ..evaluation.triage.runner import mismatch_fields
         from ..io import CaseFiles, load_case
-        from ..io.provenance import FingerprintMismatch, check_prediction_fingerprint, compare_fingerprints
+        from ..io.provenance import FingerprintMismatch, check_prediction_fingerprint, compare_fingerprints, load_rule
 
         if not isinstance(allow_mismatch, bool):  # "no" allowed a mismatch in triage (hostile testing)
             raise TypeError(f"allow_mismatch must be True or False, got {allow_mismatch!r:.80}")
@@ -553,7 +553,7 @@ class ConformalMasks(CohortProduct):
             raise TypeError(f"fingerprint must be a prediction fingerprint (a mapping), got {fingerprint!r:.80}")
         if predictions is not None and fingerprint is not None:
             raise ValueError("predictions: give the case's prediction folder or its fingerprint, not both")
-        doc = artifact if isinstance(artifact, ConformalRuleFile) else ConformalRuleFile.load(artifact, trust)
+        doc = load_rule(artifact, ConformalRuleFile, trust)
         files = case if isinstance(case, CaseFiles) else None
         if files is not None and predictions is None and fingerprint is None:
             seg = files.seg if files.seg is not None else files.label  # a prediction case's segmentation

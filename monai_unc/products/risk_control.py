@@ -270,11 +270,11 @@ class RiskControl(CohortProduct):
 
         from ..evaluation.triage import ReferralRule, triage_case
         from ..evaluation.triage.runner import mismatch_fields
-        from ..io.provenance import check_prediction_fingerprint
+        from ..io.provenance import check_prediction_fingerprint, load_rule
 
         if not isinstance(allow_mismatch, bool):  # "no" allowed a mismatch in triage (hostile testing)
             raise TypeError(f"allow_mismatch must be True or False, got {allow_mismatch!r:.80}")
-        rule = artifact if isinstance(artifact, ReferralRule) else ReferralRule.load(artifact, trust)
+        rule = load_rule(artifact, ReferralRule, trust)
         seg = Path(case.seg if case.seg is not None else case.label)  # a prediction case's segmentation: its label
         predictions = seg.parent
         if uncertainty is None and rule.measure in case.maps:

@@ -40,7 +40,9 @@ from ...io.provenance import (
     check_prediction_fingerprint,
     has_weight_digests,
     list_prediction_cases,
+    load_rule,
     rule_digest,
+    rule_file_path,
 )
 from ...io.signing import Trust, sign_digest
 from ...scores import case_score_columns
@@ -577,8 +579,7 @@ def run_triage(
         raise TypeError(f"allow_mismatch must be True or False, got {allow_mismatch!r:.80}")
     ctx = dist if dist is not None else get_dist_context()
     output = Path(output)
-    rule_path = (None if isinstance(rule, ReferralRule) else
-                 str((rule.path if isinstance(rule, RuleRead) else Path(rule)).resolve()))
+    rule_path = rule_file_path(rule, ReferralRule)
     got: dict[str, Any] = {}  # the rule and the fingerprint check, found while listing the cases
 
     def listing() -> list[CaseFiles]:
@@ -590,8 +591,7 @@ def run_triage(
             check_inputs_not_written(output, TRIAGE_WRITES, rule_path, predictions, images, uncertainty,
                                      what="--output")  # e.g. --rule OUT/triage.json: never replaced by the output
         with refusing("rule"):  # every refusal of the file: missing, a folder, malformed, not signed as trusted
-            the_rule = (rule if isinstance(rule, ReferralRule) else rule.get(trust, ReferralRule)
-                        if isinstance(rule, RuleRead) else ReferralRule.load(rule, trust))
+            the_rule = load_rule(rule, ReferralRule, trust)
         found = find_prediction_cases(predictions, the_rule, layout, uncertainty=uncertainty, images=images,
                                       cases=cases)
         got["check"] = check_prediction_fingerprint(the_rule.fingerprint, the_rule.regions, predictions, layout,
