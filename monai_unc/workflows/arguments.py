@@ -545,7 +545,7 @@ def _add_demo(sub: Any) -> None:
                    "certified on 6 of them, certifies nothing, so every new case goes to review (default: a rule "
                    "certified on 42 calibration cases, 12 new cases triaged)")
     _add_convention(p)
-    p.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or table")
 
 
 #: --layout of the commands that apply a rule of 'evaluate' (triage, the products' commands)

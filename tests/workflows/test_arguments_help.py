@@ -42,3 +42,24 @@ def test_dicom_export_help_names_the_multiframe_series_it_reads():
     frame slices only (hostile review 56)."""
     text = _sub(build_parser()[0], "dicom-export").description
     assert "multi-frame" in text and "single-frame CT or MR slices)" not in text, text
+
+
+def _subparsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """Every command's parser under ``parser``, with its words (``("monitor", "record")``)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*path, name), sub
+                yield from _subparsers(sub, (*path, name))
+
+
+def test_every_command_with_quiet_also_takes_q():
+    """``--quiet`` is spelled ``-q`` too wherever a command has it (``demo`` had only ``--quiet``: ``demo -q`` was
+    refused as an unrecognised argument while ``infer -q`` worked)."""
+    with_quiet = []
+    for words, sub in _subparsers(build_parser()[0]):
+        options = {s for a in sub._actions for s in a.option_strings}
+        if "--quiet" in options:
+            with_quiet.append(words)
+            assert "-q" in options, words
+    assert ("demo",) in with_quiet and ("infer",) in with_quiet and ("monitor", "record") in with_quiet
