@@ -725,11 +725,12 @@ def dice_failed(dice: Any, failure_dice: float) -> np.ndarray:
     A case's Dice is rounded to float32 as MONAI's is (:func:`~monai_unc.evaluation.rows.class_dice`), so a Dice of
     exactly 7/10 is recorded as 0.699999988, below the float64 0.7; compared with the threshold rounded the same way
     it is not a failure (found by hostile testing: such a case was counted and shown as failed). The one failure rule
-    of the package: the summary's failures, the 0/1 risk of risk control (:func:`risk_of_dice`), the report's failed
-    rows, lesion-wise low-Dice detection and the monitor's audited labels.
+    of the package's case Dice: the summary's failures, the 0/1 risk of risk control (:func:`risk_of_dice`), the
+    report's failed rows and the monitor's audited labels. A lesion's Dice is computed and kept in float64, and
+    lesion-wise low-Dice detection compares it at that precision.
 
     Args:
-        dice: per-case (or per-lesion) Dice, any shape (NaN: not failed).
+        dice: per-case Dice, any shape (NaN: not failed).
         failure_dice: the Dice below which a case failed.
 
     Returns:

@@ -38,7 +38,6 @@ from ..metrics.lesions import (
 from ..metrics.selective import aurc, referral_curve, referral_curve_core
 from ..regions import unclaimed_labels
 from ..state import register_state_type
-from .cohort import dice_failed
 from .config import region_suffix, slug
 
 __all__ = [
@@ -678,6 +677,9 @@ def summarize_lesions(state: LesionState | None, case_ids: Sequence[str], option
         nothing = (a[f"case.{task}.lesion_tp"] + a[f"case.{task}.lesion_fn"] + a[f"case.{task}.lesion_fp"]) == 0
         fp_mask = a[f"lesion.{task}.false_positive"] > 0.5
         dice = a[f"lesion.{task}.dice"]
+        # a lesion's Dice is computed and kept in float64 (a case's Dice is recorded in float32, which dice_failed
+        # compares at): "a Dice below failure_dice" at the precision of the value itself (NaN: not failed)
+        low_dice = np.asarray(dice, dtype=np.float64) < failure_dice
         scores = sorted(k.split(".score.", 1)[1] for k in a if k.startswith(f"lesion.{task}.score."))
         detection = {}
         for s in scores:
@@ -685,7 +687,7 @@ def summarize_lesions(state: LesionState | None, case_ids: Sequence[str], option
             ok = np.isfinite(u)
             detection[s] = {
                 "auroc_false_positive": _auroc(u, fp_mask),
-                "auroc_low_dice": _auroc(u, dice_failed(dice, failure_dice)),
+                "auroc_low_dice": _auroc(u, low_dice),
                 "aurc_1_minus_dice": float(aurc(u[ok], 1.0 - dice[ok])) if ok.sum() > 1 else None,
                 "n_lesions": int(ok.sum()),  # the lesions the score is defined for (a core mean needs a core)
             }

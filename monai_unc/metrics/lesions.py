@@ -725,7 +725,10 @@ def ndsc_retention_curve(pred: Any, target: Any, uncertainty: Any, fractions: An
     """
     p, t, u = _retention_inputs(pred, target, uncertainty, mask)
     r = _check_r(r)
-    fr = shifts_retention_fractions() if fractions is None else np.asarray(fractions, dtype=float).ravel()
+    if fractions is None:
+        fr = shifts_retention_fractions()
+    else:
+        fr = to_numpy(fractions, "fractions").astype(np.float64).ravel()
     if fr.size == 0 or not np.isfinite(fr).all() or (fr < 0).any() or (fr > 1).any():
         raise ValueError("fractions must be one or more values in [0, 1]")
     n = int(t.size)

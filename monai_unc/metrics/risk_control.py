@@ -135,7 +135,9 @@ def clopper_pearson_upper(errors: ArrayLike | float, n: ArrayLike | float, delta
     from scipy import stats  # ~1 s to import: loaded by the bounds that use it, not by every command using metrics
 
     with np.errstate(invalid="ignore", divide="ignore"):
-        ub = stats.beta.ppf(1.0 - delta, e + 1.0, np.where(full, 1.0, nn - e))
+        # the upper delta tail (isf), not ppf(1 - delta): 1 - delta in float64 loses a level below ~1e-16 (the union
+        # bound's delta / K can be that small), which gave a bound below the exact one or a bound of 1
+        ub = stats.beta.isf(delta, e + 1.0, np.where(full, 1.0, nn - e))
     ub = np.where(full, 1.0, ub)
     return float(ub) if ub.ndim == 0 else ub
 

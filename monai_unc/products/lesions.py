@@ -48,7 +48,8 @@ SETTINGS: dict[str, tuple[int, float]] = {"gli": (3, 50.0), "ssa": (3, 50.0), "m
                                           "met": (1, 2.0)}
 
 
-def _number(value: Any, name: str, low: float, high: float = math.inf, integer: bool = False) -> float:
+def _number(value: Any, name: str, low: float, high: float = math.inf, integer: bool = False,
+            open_low: bool = False) -> float:
     from .._utils import is_real, parameter_error  # here: the command line lists the products without torch
 
     # numpy scalars are numbers too (found by hostile review: failure_dice=np.float32(0.5), accepted by the
@@ -56,9 +57,11 @@ def _number(value: Any, name: str, low: float, high: float = math.inf, integer: 
     if not is_real(value) or (integer and not (math.isfinite(float(value)) and int(value) == value)):
         raise parameter_error(ValueError(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}"),
                               name)
-    if not (math.isfinite(float(value)) and low <= float(value) <= high):
+    above_low = low < float(value) if open_low else low <= float(value)
+    if not (math.isfinite(float(value)) and above_low and float(value) <= high):
         # marked: the command line names the option (found by a probe: --lesion-dilation 10**20 said lesion_dilation)
-        bound = f"a finite number >= {low:g}" if high == math.inf else f"in [{low:g}, {high:g}]"
+        bound = (f"a finite number {'>' if open_low else '>='} {low:g}" if high == math.inf else
+                 f"in {'(' if open_low else '['}{low:g}, {high:g}]")
         raise parameter_error(ValueError(f"{name} must be {bound}, got {value!r}"), name)
     return float(value)
 
@@ -162,11 +165,7 @@ class LesionMetrics(CohortProduct):
         d, v = SETTINGS[key]
         self.dilation = d if dilation is None else int(_number(dilation, "lesion_dilation", 0, 100, integer=True))
         self.min_volume = v if min_volume is None else _number(min_volume, "lesion_min_volume", 0.0)
-        self.iou = _number(iou, "lesion_iou", 0.0, 1.0)
-        if self.iou == 0.0:
-            from .._utils import parameter_error  # here: the command line lists the products without torch
-
-            raise parameter_error(ValueError("lesion_iou must be in (0, 1], got 0"), "lesion_iou")
+        self.iou = _number(iou, "lesion_iou", 0.0, 1.0, open_low=True)
         self.failure_dice = _number(failure_dice, "lesion_failure_dice", 0.0, 1.0)
         self.hd_penalty = _number(hd_penalty, "lesion_hd_penalty", 0.0)
         self.r = _number(r, "lesion_r", 0.0, 1.0)

@@ -170,7 +170,7 @@ def _error(capsys, command: str) -> str:
      "--seg-label-values [1, 4] holds label 4, outside the 3 classes 0 .. 2 of --num-classes"),
     (["--lesions", "--lesion-dilation", "101"], "--lesion-dilation must be in [0, 100], got 101"),
     (["--lesions", "--lesion-min-volume", "inf"], "--lesion-min-volume must be a finite number >= 0, got inf"),
-    (["--lesions", "--lesion-iou", "0"], "--lesion-iou must be in (0, 1], got 0"),
+    (["--lesions", "--lesion-iou", "0"], "--lesion-iou must be in (0, 1], got 0.0"),
     (["--conformal", "outer:fnr=0.1", "--conformal-strata", "3"], "--conformal: 2 calibration case(s) are too few for "
      "outer:fnr=0.1 (in expectation) in 3 strata: each stratum needs at least 9, so: at least 27 are needed"),
     (["--conformal", "outer:fnr=0.1", "--conformal", "inner:fp=0.2", "--conformal-delta", "0.1"],

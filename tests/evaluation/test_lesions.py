@@ -290,3 +290,28 @@ def test_lesion_case_state_memory_does_not_grow_with_the_class_count():
         assert state.tasks() == [str(c) for c in range(1, n_classes)]
     voxels = 48**3
     assert peaks[25] - peaks[3] < 4 * voxels, peaks  # was 44 bytes per voxel more
+
+
+def test_a_lesion_dice_below_the_failure_dice_fails_at_float64_precision():
+    """Per-lesion Dice is computed and kept in float64: a lesion of Dice 0.5 next to ``failure_dice`` 0.500000001 is
+    a failure ("a Dice below D"). Compared in float32 as a case's recorded Dice is, 0.500000001 rounded to 0.5 and
+    no lesion failed, so the low-Dice AUROC was undefined (found by a hostile review)."""
+    truth = np.zeros((12, 12, 12), np.int64)
+    pred = np.zeros_like(truth)
+    truth[1:3, 1, 1] = 1  # lesion A: 2 voxels, predicted at one of them and one beside: Dice 0.5
+    pred[2:4, 1, 1] = 1
+    truth[7:9, 7:9, 7:9] = 1  # lesion B: predicted exactly, Dice 1
+    pred[7:9, 7:9, 7:9] = 1
+    u = np.zeros(truth.shape)
+    u[2:4, 1, 1] = 0.9  # the failed lesion is the more uncertain one
+    u[7:9, 7:9, 7:9] = 0.1
+    options = {"dilation": 0, "min_volume": 0.0, "iou": 0.1, "hd_penalty": 374.0, "r": 0.001,
+               "failure_dice": 0.500000001}
+    task = TaskView(None, pred, truth, 2, maps={"pe": u}, spacing=(1.0, 1.0, 1.0))
+    case = SimpleNamespace(case_id="c", spacing=(1.0, 1.0, 1.0), affine=np.eye(4))
+    state = lesion_case_state(case, [task], options, None, "pe")
+    dice = sorted(state.arrays[f"lesion.{t}.dice"].tolist() for t in state.tasks())[0]
+    assert dice == [0.5, 1.0]
+    block = summarize_lesions(state, ["c"], options)
+    (per_task,) = block["per_task"].values()
+    assert per_task["failure_detection"]["pe_mean"]["auroc_low_dice"] == 1.0

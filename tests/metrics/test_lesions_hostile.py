@@ -415,3 +415,15 @@ def test_best_false_positive_score_is_not_chosen_on_a_subset_of_the_lesions():
     assert det["pe_core"]["auroc_false_positive"] == 1.0 > det["pe_mean"]["auroc_false_positive"]
     assert task["best_fp_score"] == "pe_mean"
     assert (det["pe_core"]["n_lesions"], det["pe_mean"]["n_lesions"]) == (4, 10)
+
+
+@pytest.mark.parametrize("fractions", [["0.5", "1"], ["a"], [1j, 1]])
+def test_ndsc_retention_fractions_must_be_numbers(fractions):
+    """Text was parsed as numbers (``["0.5", "1"]`` accepted) or refused with numpy's words, naming no argument (found
+    by a hostile review)."""
+    from monai_unc.metrics.lesions import ndsc_retention_curve
+
+    m = np.zeros((4, 4), bool)
+    m[1, 1] = True
+    with pytest.raises(TypeError, match="fractions"):
+        ndsc_retention_curve(m, m, np.zeros((4, 4)), fractions=fractions)

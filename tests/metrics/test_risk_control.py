@@ -371,3 +371,21 @@ def test_the_infeasible_warning_never_prints_the_bound_below_the_target():
     assert not res.feasible and res.bound > 0.36904
     text = str(caught[0].message)
     assert float(re.search(r"best bound ([0-9.]+[0-9])", text).group(1)) > 0.36904, text
+
+
+@pytest.mark.parametrize("delta", [1e-3, 1e-16, 5e-17, 1e-30])
+def test_clopper_pearson_at_tiny_levels_equals_the_closed_form_without_errors(delta):
+    """With no error the bound solves (1 - b)^n = delta: b = 1 - delta^(1/n), computed here as -expm1(log(delta) / n).
+    ``beta.ppf(1 - delta)`` lost levels below ~1e-16 in ``1 - delta`` (a hostile review: 0.0036669 instead of
+    0.0036774 at 1e-16, anti-conservative, and 1 below 1.1e-16); the union bound's delta / K reaches such levels."""
+    n = 10000
+    assert clopper_pearson_upper(0, n, delta) == pytest.approx(-math.expm1(math.log(delta) / n), rel=1e-9)
+
+
+def test_a_tiny_delta_certifies_what_the_exact_bound_allows():
+    """delta = 1e-15 over 20 candidates (5e-17 each), 10000 cases without a failure: the exact bound at coverage 1 is
+    1 - (5e-17)^(1/10000) = 0.00375 <= 0.01, so the whole cohort is accepted (was infeasible, bound 1)."""
+    u, failed = np.linspace(0, 1, 10000), np.zeros(10000)
+    r = risk_controlled_threshold(u, failed, target_risk=0.01, delta=1e-15, n_candidates=20)
+    assert r.feasible and r.coverage == 1.0
+    assert r.bound == pytest.approx(-math.expm1(math.log(1e-15 / 20) / 10000), rel=1e-9)

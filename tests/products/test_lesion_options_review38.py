@@ -23,7 +23,7 @@ def test_numpy_scalars_are_numbers():
     ({"iou": np.bool_(True)}, "lesion_iou must be a number"),
     ({"failure_dice": "0.5"}, "lesion_failure_dice must be a number"),
     ({"dilation": np.float64(2.5)}, "lesion_dilation must be an integer"),
-    ({"iou": np.float32(1.5)}, r"lesion_iou must be in \[0, 1\]"),
+    ({"iou": np.float32(1.5)}, r"lesion_iou must be in \(0, 1\]"),
 ])
 def test_other_values_stay_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
