@@ -7,7 +7,7 @@ a default of its helper's argument list replaces that option instead of appendin
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 
 def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
@@ -21,6 +21,17 @@ def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
         if chosen is not None:
             parser = chosen
     return parser
+
+
+def command_parsers(parser: argparse.ArgumentParser,
+                    words: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """``parser`` and every (sub-)command's parser under it, each with its command words (``()`` for ``parser``,
+    ``("monitor", "record")`` for ``monai-unc monitor record``)."""
+    yield words, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from command_parsers(child, (*words, name))
 
 
 def with_options(base: Sequence[str], *extra: str) -> list[str]:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from monai_unc import cli
+from tests._argv import command_parsers
 
 
 def _refused(argv: list[str], capsys: pytest.CaptureFixture) -> str:
@@ -202,17 +203,6 @@ def test_case_id_hint_proposes_renamed_ids_and_never_a_numbered_neighbour():
 
 
 # ---------------------------------------------------------------------------------------- 10. no empty option group
-def _parsers(parser, name: str = "monai-unc"):
-    """Every (sub-)parser of ``parser`` with its command line name."""
-    import argparse
-
-    yield name, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for command, child in action.choices.items():
-                yield from _parsers(child, f"{name} {command}")
-
-
 def test_no_help_shows_an_option_group_without_options(capsys):
     with pytest.raises(SystemExit):
         cli.main(["evaluate", "--help"])
@@ -221,8 +211,8 @@ def test_no_help_shows_an_option_group_without_options(capsys):
     assert "risk-controlled referral threshold (docs/referral_threshold.md):" in text  # its options' own group
     parser, _ = cli.build_parser()
     default_titles = {"positional arguments", "options", "optional arguments"}  # argparse hides them when empty
-    empty = [(name, g.title) for name, p in _parsers(parser) for g in p._action_groups
-             if not g._group_actions and g.title not in default_titles]
+    empty = [(" ".join(("monai-unc", *words)), g.title) for words, p in command_parsers(parser)
+             for g in p._action_groups if not g._group_actions and g.title not in default_titles]
     assert not empty, empty
 
 
@@ -235,7 +225,8 @@ def test_every_help_shows_every_meaningful_default_and_no_noise(command):
         pytest.importorskip("nnunetv2")
     parser, _ = cli.build_parser(command)
     unshown, checked = [], 0
-    for name, p in _parsers(parser):
+    for words, p in command_parsers(parser):
+        name = " ".join(("monai-unc", *words))
         text = p.format_help()
         assert "(default: None)" not in text and "(default: False)" not in text and "(default: [])" not in text, name
         formatter = p._get_formatter()

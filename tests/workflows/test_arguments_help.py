@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from monai_unc.cli import build_parser
+from tests._argv import command_parsers
 
 
 def _sub(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
@@ -44,20 +45,11 @@ def test_dicom_export_help_names_the_multiframe_series_it_reads():
     assert "multi-frame" in text and "single-frame CT or MR slices)" not in text, text
 
 
-def _subparsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
-    """Every command's parser under ``parser``, with its words (``("monitor", "record")``)."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield (*path, name), sub
-                yield from _subparsers(sub, (*path, name))
-
-
 def test_every_command_with_quiet_also_takes_q():
     """``--quiet`` is spelled ``-q`` too wherever a command has it (``demo`` had only ``--quiet``: ``demo -q`` was
     refused as an unrecognised argument while ``infer -q`` worked)."""
     with_quiet = []
-    for words, sub in _subparsers(build_parser()[0]):
+    for words, sub in command_parsers(build_parser()[0]):
         options = {s for a in sub._actions for s in a.option_strings}
         if "--quiet" in options:
             with_quiet.append(words)
