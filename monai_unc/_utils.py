@@ -1056,7 +1056,8 @@ def seeded_rng(seed: int, devices: Sequence[torch.device | int]) -> Iterator[Non
     Draws as after ``torch.manual_seed(seed)`` on those generators, but seeds no other: ``torch.manual_seed`` reseeds
     every GPU (and, before CUDA is initialised, queues that reseeding for its initialisation), while
     ``torch.random.fork_rng`` restores only the devices it is given, so a seeded call on the CPU left the caller's GPU
-    streams reseeded (in earlier versions).
+    streams reseeded (in earlier versions). A call on the CPU alone (no CUDA device) holds :class:`PortableDraws`:
+    its dropout masks are the same on every CPU (torch's own draws with Intel MKL's generator on an Intel CPU).
 
     Args:
         seed: the seed (checked by :func:`check_seed`).
@@ -1078,11 +1079,173 @@ def seeded_rng(seed: int, devices: Sequence[torch.device | int]) -> Iterator[Non
         (True, True)
     """
     cuda = cuda_device_indices(devices)
-    with torch.random.fork_rng(devices=cuda):
+    with torch.random.fork_rng(devices=cuda), (PortableDraws() if not cuda else contextlib.nullcontext()):
         torch.default_generator.manual_seed(seed)
         for i in cuda:
             torch.cuda.default_generators[i].manual_seed(seed)
         yield
+
+
+#: the masks' constant of alpha dropout (SELU's alpha times its scale; ATen's ``_dropout_impl``)
+_ALPHA_DROPOUT = 1.7580993408473766
+
+
+def _float_arg(args: tuple, kwargs: dict, i: int, name: str, default: Any) -> Any:
+    """Argument ``i`` (``name``) of a call, or ``default``."""
+    return args[i] if len(args) > i else kwargs.get(name, default)
+
+
+def _base(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as a plain tensor (a subclass such as MONAI's ``MetaTensor`` viewed as ``torch.Tensor``)."""
+    return x if type(x) is torch.Tensor else x.as_subclass(torch.Tensor)
+
+
+def _plain_cpu(x: Any) -> bool:
+    """``x`` is a dense, unquantized CPU tensor."""
+    return (isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.layout == torch.strided
+            and not x.is_quantized and not x.is_nested)
+
+
+def _portable_dropout_applies(x: Any, p: Any, train: Any, feature: bool) -> bool:
+    """Whether torch's dropout of ``x`` draws a mask on the CPU (else torch's own call: no draw, or its error)."""
+    return (_plain_cpu(x) and x.is_floating_point() and isinstance(p, numbers.Real) and not isinstance(p, bool)
+            and 0.0 < float(p) < 1.0 and isinstance(train, (bool, int)) and bool(train) and x.numel() > 0
+            and (not feature or x.dim() >= 2))
+
+
+def _portable_dropout(x: Any, p: Any, train: Any, *, feature: bool, alpha: bool, inplace: bool) -> Any:
+    """ATen's CPU dropout (``_dropout_impl``) with its mask drawn by ``bernoulli_`` of a tensor probability;
+    NotImplemented where torch draws nothing or refuses the call (torch's own call then)."""
+    if not _portable_dropout_applies(x, p, train, feature):
+        return NotImplemented
+    p = float(p)
+    if feature:  # one draw per (batch, channel): ATen's make_feature_noise
+        noise = torch.empty((x.shape[0], x.shape[1]) + (1,) * (x.dim() - 2), dtype=x.dtype, device=x.device)
+    else:
+        noise = torch.empty_like(_base(x))
+    noise.bernoulli_(torch.tensor(1.0 - p, dtype=torch.float64))
+    if alpha:
+        a = 1.0 / math.sqrt((_ALPHA_DROPOUT * _ALPHA_DROPOUT * p + 1) * (1 - p))
+        b = noise.add(-1).mul_(_ALPHA_DROPOUT * a).add_(_ALPHA_DROPOUT * a * p)
+        noise.mul_(a)
+        return (x.mul_(noise) if inplace else x.mul(noise)).add_(b)
+    noise.div_(1.0 - p)
+    return x.mul_(noise) if inplace else x.mul(noise)
+
+
+def _dropout_handler(feature: bool | tuple[int, ...], alpha: bool, inplace: bool | None,
+                     names: tuple[str, str] = ("p", "training"), train_default: bool | None = True) -> Callable:
+    """The handler of a dropout function ``(input, p, training[, inplace])``.
+
+    Args:
+        feature: False (element-wise), True (channel-wise, any input of 2 or more dimensions: ``torch.feature_dropout``,
+            ``F.feature_alpha_dropout``) or the input dimensions of a channel-wise dropout with a batch axis, then
+            without one (``F.dropout3d``: ``(5, 4)``); torch's own call for other dimensions (it warns or refuses).
+        alpha: alpha dropout.
+        inplace: in place (``torch.dropout_``), or None: the call's ``inplace`` argument (``torch.nn.functional``).
+        names: the names of the probability and training arguments.
+        train_default: the training argument's default (None: required).
+    """
+
+    def handler(*args: Any, **kwargs: Any) -> Any:
+        x = _float_arg(args, kwargs, 0, "input", None)
+        p = _float_arg(args, kwargs, 1, names[0], 0.5 if train_default is not None else None)
+        train = _float_arg(args, kwargs, 2, names[1], train_default)
+        in_place = bool(_float_arg(args, kwargs, 3, "inplace", False)) if inplace is None else inplace
+        if not isinstance(feature, tuple) or not isinstance(x, torch.Tensor):
+            return _portable_dropout(x, p, train, feature=bool(feature), alpha=alpha, inplace=in_place)
+        if x.dim() == feature[0]:
+            return _portable_dropout(x, p, train, feature=True, alpha=alpha, inplace=in_place)
+        if len(feature) > 1 and x.dim() == feature[1] and _portable_dropout_applies(x, p, train, True):
+            # no batch axis: torch adds one, then removes it
+            one = x.unsqueeze_(0) if in_place else x.unsqueeze(0)
+            out = _portable_dropout(one, p, train, feature=True, alpha=alpha, inplace=in_place)
+            return out.squeeze_(0) if in_place else out.squeeze(0)
+        return NotImplemented
+
+    return handler
+
+
+def _scalar_bernoulli(inplace: bool) -> Callable:
+    """The handler of ``Tensor.bernoulli_(p)`` (``inplace``) or ``torch.bernoulli(input, p)`` with a number ``p`` and
+    no generator of its own."""
+
+    def handler(*args: Any, **kwargs: Any) -> Any:
+        x = _float_arg(args, kwargs, 0, "input", None)
+        p = _float_arg(args, kwargs, 1, "p", 0.5 if inplace else None)
+        if (kwargs.get("generator") is not None or set(kwargs) - {"input", "p", "generator"}
+                or not _plain_cpu(x) or isinstance(p, (torch.Tensor, bool)) or not isinstance(p, numbers.Real)
+                or not 0.0 <= float(p) <= 1.0):
+            return NotImplemented
+        prob = torch.tensor(float(p), dtype=torch.float64)
+        if inplace:
+            return x.bernoulli_(prob)
+        # a new contiguous tensor, as ATen's bernoulli(input, p) makes it (LEGACY_CONTIGUOUS_MEMORY_FORMAT)
+        return torch.empty_like(_base(x), memory_format=torch.contiguous_format).bernoulli_(prob)
+
+    return handler
+
+
+def _draw_handlers() -> dict[Callable, Callable]:
+    """The functions :class:`PortableDraws` draws for, with their handlers."""
+    functional = torch.nn.functional
+    handlers: dict[Callable, Callable] = {
+        functional.dropout: _dropout_handler(False, False, None),
+        functional.alpha_dropout: _dropout_handler(False, True, None, train_default=False),
+        functional.dropout1d: _dropout_handler((3, 2), False, None),
+        functional.dropout2d: _dropout_handler((4,), False, None),
+        functional.dropout3d: _dropout_handler((5, 4), False, None),
+        functional.feature_alpha_dropout: _dropout_handler(True, True, None, train_default=False),
+        torch.Tensor.bernoulli_: _scalar_bernoulli(True),
+        torch.bernoulli: _scalar_bernoulli(False),
+        torch.Tensor.bernoulli: _scalar_bernoulli(False),
+    }
+    for inplace in (False, True):
+        for name, feature, alpha in (("dropout", False, False), ("feature_dropout", True, False),
+                                     ("alpha_dropout", False, True), ("feature_alpha_dropout", True, True)):
+            handlers[getattr(torch, name + ("_" if inplace else ""))] = _dropout_handler(
+                feature, alpha, inplace, names=("p", "train"), train_default=None)
+    return handlers
+
+
+class PortableDraws(torch.overrides.TorchFunctionMode):
+    """Dropout masks of CPU tensors drawn alike on every CPU: within the block, torch's dropout functions and
+    ``bernoulli_(p)`` / ``torch.bernoulli(x, p)`` with a number ``p`` draw with a tensor probability.
+
+    PyTorch draws a CPU dropout mask (``bernoulli_`` with a number ``p``) with Intel MKL's generator on an Intel CPU
+    and with its own Mersenne Twister on any other (AMD, ARM), so the same seed gives other masks on an Intel machine
+    (PyTorch issues #84030, #121595). ``bernoulli_`` with a tensor probability always draws from torch's own
+    generator: masks, scaling and arithmetic stay those of ATen's CPU dropout (on a non-Intel CPU the results are
+    bit for bit torch's own), drawn the same on every CPU. Covered: ``F.dropout``, ``F.dropout1d/2d/3d``,
+    ``F.alpha_dropout``, ``F.feature_alpha_dropout``, ``torch.dropout`` and its kin (in place too), and the masks of
+    DropPath-style code (``x.new_empty(shape).bernoulli_(keep)``). Not covered: random draws inside a C++ kernel such as
+    the attention dropout of ``F.scaled_dot_product_attention``, compiled graphs, and GPU tensors (another generator).
+    :func:`seeded_rng` holds it while a seeded call runs on the CPU.
+
+    Example:
+        >>> import torch
+        >>> x = torch.ones(6)
+        >>> with PortableDraws():
+        ...     _ = torch.manual_seed(0)
+        ...     y = torch.nn.functional.dropout(x, 0.5)
+        >>> _ = torch.manual_seed(0)
+        >>> keep = torch.rand(6, dtype=torch.float64) < 0.5  # the same generator's uniform draws
+        >>> bool(torch.equal(y, keep.float() * 2))
+        True
+    """
+
+    _handlers: dict[Callable, Callable] | None = None
+
+    def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if PortableDraws._handlers is None:
+            PortableDraws._handlers = _draw_handlers()
+        handler = PortableDraws._handlers.get(func)
+        if handler is not None:
+            out = handler(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        return func(*args, **kwargs)
 
 
 def network_devices(*networks: Any) -> set[torch.device]:
