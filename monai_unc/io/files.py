@@ -643,12 +643,16 @@ def scratch_folder(output: str | os.PathLike, what: str) -> Iterator[Path]:
     """A temporary folder beside an output, for data of a run too large for memory; removed at the end of the block.
 
     The folder is ``.<name>.partial-<what>-<random>.dir`` in the folder of ``output`` (``<name>`` its whole name, so
-    that a file ``cal.pt`` and a folder ``cal`` never share a prefix): beside the output, never in an input folder,
-    on the file system the output goes to. It is removed when the block ends, also on an error; one that a killed run
-    left is removed by the next scratch folder of the same output and ``what`` (a live run's is locked while it runs and
-    left alone), by :func:`clean_partial_files` of that folder, and by :func:`atomic_folder` of ``output`` (its
-    stale ``.<name>.partial-*.dir`` folders). ``monai-unc calibrate`` and ``monai-unc nnunet-calibrate`` keep their
-    validation cases' logits there (:class:`MappedArrays`).
+    that a file ``cal.pt`` and a folder ``cal`` never share a prefix; shortened when the folder's name would near the
+    file system's 255-byte limit): beside the output, never in an input folder, on the file system the output goes
+    to. It is removed when the block ends, also on an error; one that a killed run left is removed by the next scratch
+    folder of the same output and ``what`` (a live run's is locked while it runs and left alone), by
+    :func:`clean_partial_files` of that folder, and by :func:`atomic_folder` of ``output`` (its stale
+    ``.<name>.partial-*.dir`` folders). ``monai-unc calibrate`` and ``monai-unc nnunet-calibrate`` keep their
+    validation cases' logits there (:class:`MappedArrays`); ``monai-unc nnunet-predict`` its staged DICOM input and,
+    with ``--output-format dicom``, nnU-Net's predictions (both inside ``-o``), and its export the uncompressed files
+    of a map (beside the map). None of them is in the system's temporary folder, which a killed run's files (a
+    patient's scans) would stay in for good (found by review 75).
 
     Args:
         output: the output file or folder the run writes (its folder must exist).
@@ -673,7 +677,10 @@ def scratch_folder(output: str | os.PathLike, what: str) -> Iterator[Path]:
     if not isinstance(what, str) or not what or not all(c.isascii() and (c.isalnum() or c in "-_") for c in what):
         raise ValueError(f"what must be a word of letters, digits, '-' and '_', got {what!r}")
     output = Path(output)
-    prefix = f".{output.name}.partial-{what}-"
+    name = output.name  # shortened so that a name near the file system's 255-byte limit still gets its folder
+    while name and len(f".{name}.partial-{what}-".encode("utf-8", "surrogateescape")) > 200:
+        name = name[:-1]
+    prefix = f".{name}.partial-{what}-"
     _remove_dead_scratch(output.parent, prefix)
     folder, fd = _held_scratch(output.parent, prefix)
     try:
@@ -729,9 +736,13 @@ def _remove_dead_scratch(parent: Path, prefix: str) -> None:
     """
     if fcntl is None or not parent.is_dir():
         return
-    for stale in parent.iterdir():
-        if not (stale.name.startswith(prefix) and stale.name.endswith(".dir")) or stale.is_symlink() \
-                or not stale.is_dir():
+    # the names first (os.scandir, no path made per entry): a map's scratch folder is made for each map nnU-Net's
+    # export writes, in an output folder of thousands of files
+    with os.scandir(parent) as entries:
+        names = [e.name for e in entries if e.name.startswith(prefix) and e.name.endswith(".dir")]
+    for name in names:
+        stale = parent / name
+        if stale.is_symlink() or not stale.is_dir():
             continue
         try:
             fd = os.open(stale, _FOLDER_FLAGS)

@@ -18,9 +18,10 @@ uses absolute imports only (nnU-Net imports the modules of the ``nnUNet_extTrain
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
-import tempfile
+from pathlib import Path
 from typing import Any
 
 from monai_unc.keys import (
@@ -350,7 +351,7 @@ def _predict(args: argparse.Namespace) -> int:
     check_predict_flags(args)
     import torch
 
-    from monai_unc.io import check_output_folder, input_folder, refuse_dataset_root
+    from monai_unc.io import check_output_folder, input_folder, refuse_dataset_root, scratch_folder
     from monai_unc.nnunet.predictor import UncertaintyPredictor, check_checkpoint_name
 
     if not 0 <= args.part_id < args.num_parts:
@@ -415,18 +416,32 @@ def _predict(args: argparse.Namespace) -> int:
         # before the model is loaded: -o is a writable folder outside the images, the model and the previous stage
         check_output_folder(args.o, args.i, model, args.prev_stage_predictions, what="-o folder")
         predictor.initialize_from_trained_model_folder(model, folds, checkpoint_name=args.chk)
-        with tempfile.TemporaryDirectory(prefix="monai-unc-dicom-input-") as staging:
-            # DICOM input: only this part's cases are read and staged, but nnU-Net gets every case (their file
-            # lists), so that it splits them as it splits a folder and the output checks count every part
-            images = stage_dicom_input(args.i, staging, predictor.dataset_json,
-                                       reader=predictor.plans_manager.plans.get("image_reader_writer"),
-                                       num_parts=args.num_parts, part_id=args.part_id)
-            predictor.predict_from_files(
-                images, args.o, save_probabilities=args.save_probabilities, overwrite=not args.continue_prediction,
-                num_processes_preprocessing=args.npp, num_processes_segmentation_export=args.nps,
-                folder_with_segs_from_prev_stage=args.prev_stage_predictions, num_parts=args.num_parts,
-                part_id=args.part_id,
-            )
+        # a DICOM input is staged (as NIfTI: the patients' scans) in a scratch folder inside -o,
+        # .images.partial-dicom-input-<random>.dir: not in the system's temporary folder, where a killed run left them
+        # for good (found by review 75); the next run into -o removes what a killed one left. Inside -o (made here,
+        # as nnU-Net would, and removed again when the run fails before writing anything), not beside it: -o's parent
+        # may be no folder the user can write (a container's /output)
+        output = Path(args.o)
+        made = not output.is_dir()
+        output.mkdir(parents=True, exist_ok=True)
+        try:
+            with scratch_folder(output / "images", "dicom-input") as staging:
+                # DICOM input: only this part's cases are read and staged, but nnU-Net gets every case (their file
+                # lists), so that it splits them as it splits a folder and the output checks count every part
+                images = stage_dicom_input(args.i, str(staging), predictor.dataset_json,
+                                           reader=predictor.plans_manager.plans.get("image_reader_writer"),
+                                           num_parts=args.num_parts, part_id=args.part_id)
+                predictor.predict_from_files(
+                    images, args.o, save_probabilities=args.save_probabilities,
+                    overwrite=not args.continue_prediction, num_processes_preprocessing=args.npp,
+                    num_processes_segmentation_export=args.nps,
+                    folder_with_segs_from_prev_stage=args.prev_stage_predictions, num_parts=args.num_parts,
+                    part_id=args.part_id,
+                )
+        finally:
+            if made:
+                with contextlib.suppress(OSError):
+                    output.rmdir()  # only when empty: a run that failed before nnU-Net wrote anything
     finally:
         torch.set_num_threads(threads)
     return 0
@@ -470,7 +485,7 @@ def stage_dicom_input(folder: str, staging: str, dataset_json: dict, reader: str
 
     Args:
         folder: ``nnunet-predict``'s ``-i``.
-        staging: an empty temporary folder (not inside ``folder``).
+        staging: an empty scratch folder (not inside ``folder``).
         dataset_json: the model's ``dataset.json`` (``file_ending``, ``channel_names``).
         reader: the name of the model's image reader/writer (its plans' ``image_reader_writer``); None: not known,
             a sheared series is refused.

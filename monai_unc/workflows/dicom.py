@@ -40,7 +40,6 @@ import os
 import re
 import stat
 import sys
-import tempfile
 import unicodedata
 import warnings
 from collections.abc import Callable, Sequence
@@ -90,6 +89,7 @@ from ..io import (
     read_volume,
     recorded_channels,
     recorded_series,
+    scratch_folder,
 )
 from ..io.dicom import (
     MAX_SEGMENT_NUMBER,
@@ -1697,7 +1697,9 @@ def nnunet_predict_dicom(args: argparse.Namespace, predict: Callable[[argparse.N
     and the output folder are); ``predict`` (:func:`monai_unc.nnunet.cli.run`) predicts from the series (staged as
     NIfTI with their geometry, so every output lies on the source series' grid) and :func:`dicom_export`
     (``layout="nnunet"``) writes the objects: with ``both`` to ``<output>/dicom/<case>/`` beside nnU-Net's files,
-    with ``dicom`` to ``<output>/<case>/`` from nnU-Net's files made in a temporary folder (removed afterwards).
+    with ``dicom`` to ``<output>/<case>/`` from nnU-Net's files made in a scratch folder inside the output folder
+    (``.predictions.partial-nnunet-<random>.dir``, :func:`monai_unc.io.scratch_folder`: removed afterwards, and by
+    the next run into the folder when a killed run left it).
     Only the cases of this run are exported (those of its ``-part_id``; not the outputs of a case since removed from
     the input, whose earlier objects are removed), and the output folder is held from the prediction to the end of
     the export: a second run into it is refused meanwhile. A run of one part holds it alone
@@ -1736,8 +1738,13 @@ def nnunet_predict_dicom(args: argparse.Namespace, predict: Callable[[argparse.N
             # together (each predicts and exports its own cases), any other run is refused meanwhile
             held.enter_context(output_lock(args.o, command) if run is None else
                                part_lock(args.o, run, args.part_id, command, wait=_PART_WAIT))
-            work = held.enter_context(tempfile.TemporaryDirectory(prefix="monai-unc-nnunet-"))
-            nifti = Path(args.o) if both else Path(work) / "predictions"
+            # with dicom, nnU-Net's files (segmentations, maps; the staged series too) go to a scratch folder inside
+            # the output folder, .predictions.partial-nnunet-<random>.dir (which output_lock made): not the system's
+            # temporary folder, where a killed run left them for good (found by review 75: a patient's predictions in
+            # /tmp/monai-unc-nnunet-*); the next run into the folder removes what a killed one left there. Inside -o,
+            # not beside it: -o's parent may be no folder the user can write (a container's /output)
+            nifti = Path(args.o) if both else \
+                held.enter_context(scratch_folder(Path(args.o) / "predictions", "nnunet")) / "predictions"
             status = predict(argparse.Namespace(**{**vars(args), "o": str(nifti)}))
             if status != 0:
                 return status

@@ -502,6 +502,24 @@ def test_the_scratch_folder_of_a_killed_run_is_removed_by_the_next_run(tmp_path)
 
 
 @pytest.mark.skipif(os.name != "posix", reason="flock")
+def test_a_scratch_folder_beside_an_output_of_a_long_name_is_made(tmp_path):
+    """Review 75: a map file of nnU-Net's export got a scratch folder ``.<name>.partial-map-<random>.dir`` beside it;
+    a name near the 255-byte limit (a long case id) made that folder's name too long (``File name too long``). The
+    name is shortened in the folder's name, as for :func:`~monai_unc.io.atomic_write`'s private folder, and a folder a
+    killed run left is still found by the next one."""
+    from monai_unc.io import scratch_folder
+
+    out = tmp_path / ("c" * 230 + "_pe.nii.gz")
+    with scratch_folder(out, "map") as first:
+        assert first.is_dir() and len(first.name.encode()) <= 255
+        dead = first.with_name(first.name[:-len(".dir")] + "dead.dir")
+        dead.mkdir()  # a killed run's (not locked)
+    with scratch_folder(out, "map") as second:
+        assert second.parent == tmp_path and not dead.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(os.name != "posix", reason="flock")
 def test_a_scratch_folder_another_runs_sweep_holds_is_not_used(tmp_path, monkeypatch):
     """review48: another run's sweep that locked a new scratch folder (to remove it) made it be used unlocked."""
     import fcntl

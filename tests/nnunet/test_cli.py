@@ -363,3 +363,67 @@ def test_nnunet_predict_under_torchrun_is_refused_pointing_to_num_parts(world, m
     monkeypatch.setenv("WORLD_SIZE", "1")  # one process: as before (the predictor is built)
     with pytest.raises(AssertionError, match="the predictor was built"):
         cli.main(argv)
+
+
+def test_a_killed_run_leaves_no_staged_dicom_input_in_the_system_temporary_folder(tmp_path, monkeypatch,
+                                                                                  one_torch_thread):
+    """Found by review 75: a DICOM input was staged as NIfTI (the patients' scans) in
+    ``/tmp/monai-unc-dicom-input-*``, which a killed run (SIGKILL, the OOM killer) left there for good. It is staged
+    in a scratch folder inside ``-o`` now: a killed run leaves nothing in the system's temporary folder, and the next
+    run into ``-o`` (a real prediction: nnU-Net's output checks take the hidden folder in stride) removes it."""
+    pytest.importorskip("pydicom", reason="needs the dicom extra")
+    import multiprocessing
+    import signal
+    import tempfile
+    from pathlib import Path
+
+    import numpy as np
+
+    from monai_unc.io.dicom import write_series
+    from monai_unc.nnunet.predictor import UncertaintyPredictor
+    from tests.nnunet.test_nnunet_conformal import write_model_folder
+
+    system_tmp = tmp_path / "system-tmp"
+    system_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system_tmp))  # the forked run's too
+    model = write_model_folder(tmp_path / "model")
+    write_series(np.round(np.random.default_rng(3).uniform(-1, 1, (20, 18, 16)) * 400), np.eye(4),
+                 tmp_path / "in" / "ct01", modality="CT")
+    out = tmp_path / "out"
+    argv = ["nnunet-predict", "-i", str(tmp_path / "in"), "-o", str(out), "-m", str(model), "-f", "0",
+            "-device", "cpu", "--sources", "mirroring", "-npp", "0", "-nps", "0", "--disable_progress_bar"]
+    predict = UncertaintyPredictor.predict_from_files
+
+    def killed(self, images, *args, **kwargs):  # the series staged, the run killed before its prediction
+        assert Path(images[0][0]).is_file()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    monkeypatch.setattr(UncertaintyPredictor, "predict_from_files", killed)
+    proc = multiprocessing.get_context("fork").Process(target=lambda: os._exit(cli.main(argv)))
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == -signal.SIGKILL
+    assert list(system_tmp.iterdir()) == []
+    left = list(out.glob(".images.partial-dicom-input-*.dir"))
+    assert len(left) == 1 and [p.name for p in left[0].iterdir()] == ["ct01_0000.nii.gz"]
+    monkeypatch.setattr(UncertaintyPredictor, "predict_from_files", predict)
+    assert cli.main(argv) == 0
+    assert (out / "ct01.nii.gz").is_file()
+    assert list(out.glob(".*.partial*")) == [] and list(system_tmp.iterdir()) == []
+
+
+def test_a_run_refused_at_the_staging_leaves_no_output_folder(tmp_path, monkeypatch, capsys, one_torch_thread):
+    """The scratch folder of the staging is made inside ``-o``, which is made for it: a run refused at the staging
+    (an unreadable series) leaves no ``-o`` it made, as before (nnU-Net made it only when it predicted)."""
+    pytest.importorskip("pydicom", reason="needs the dicom extra")
+    from tests.nnunet.test_nnunet_conformal import write_model_folder
+
+    model = write_model_folder(tmp_path / "model")
+    (tmp_path / "in" / "ct01").mkdir(parents=True)
+    (tmp_path / "in" / "ct01" / "notes.txt").write_text("x")
+    out = tmp_path / "out"
+    argv = ["nnunet-predict", "-i", str(tmp_path / "in"), "-o", str(out), "-m", str(model), "-f", "0",
+            "-device", "cpu", "--sources", "mirroring", "--disable_progress_bar"]
+    assert cli.main(argv) == 2
+    assert "notes.txt is not a readable DICOM file" in capsys.readouterr().err
+    assert not out.exists()

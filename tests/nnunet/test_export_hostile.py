@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 
 import numpy as np
 import pytest
@@ -105,3 +106,37 @@ def test_a_rerun_with_other_settings_leaves_no_file_of_the_earlier_run(tmp_path,
     assert not (unc / f"{case}.json").exists() and not (out / f"{case}.nii.gz").exists()
     assert not (out / f"{case}.npz").exists() and not (unc / f"{case}_variance.nii.gz").exists()
     assert not mun.case_exported(out / case, ".nii.gz", ["predictive_entropy"])
+
+
+@pytest.mark.skipif(os.name != "posix", reason="flock")
+@pytest.mark.parametrize("kind", ["map", "regions"])
+def test_the_next_write_of_a_map_removes_what_a_killed_write_left_beside_it(kind, tmp_path, monkeypatch):
+    """Found by review 75: a ``.nii.gz`` map was first written uncompressed (a region map: one 3D file per region) in
+    a hidden ``.map_*`` / ``.regions_*`` folder of ``tempfile.TemporaryDirectory`` beside it, which a killed export
+    left in ``-o`` for good. It is a scratch folder ``.<map>.partial-<kind>-*.dir`` now: the next write of the map
+    removes the one a killed run left (no lock held), nothing else is written into the system's temporary folder,
+    and the folder of a run still writing (locked) is left alone."""
+    import fcntl
+    import tempfile
+
+    system_tmp = tmp_path / "system-tmp"
+    system_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system_tmp))
+    out = tmp_path / "pred" / "c_pe.nii.gz"
+    dead = out.parent / f".c_pe.nii.gz.partial-{kind}-abcd1234.dir"
+    (dead / "sub").mkdir(parents=True)
+    (dead / "c_pe.nii").write_bytes(b"half a map")
+    live = out.parent / f".c_pe.nii.gz.partial-{kind}-live0000.dir"
+    live.mkdir()
+    fd = os.open(live, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another run's, still writing
+    try:
+        if kind == "map":
+            mun.write_float_map(SimpleITKIO(), np.zeros((6, 5, 4), np.float32), out, _props(tmp_path))
+        else:
+            mun.write_region_maps(SimpleITKIO(), np.zeros((2, 6, 5, 4), np.float32), out, _props(tmp_path),
+                                  ["WT", "TC"])
+        assert sorted(p.name for p in out.parent.iterdir()) == sorted([out.name, live.name])
+    finally:
+        os.close(fd)
+    assert list(system_tmp.iterdir()) == []

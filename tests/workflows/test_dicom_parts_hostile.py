@@ -147,15 +147,21 @@ def test_the_objects_of_a_case_renamed_in_case_only_are_removed(series, tmp_path
 
 @pytest.mark.parametrize("parts", [1, 2])
 @pytest.mark.parametrize("when", ["before", "after"])
-def test_a_run_killed_while_it_removes_a_stale_case_leaves_no_manifest_listing_it(series, tmp_path, parts, when):
+def test_a_run_killed_while_it_removes_a_stale_case_leaves_no_manifest_listing_it(series, tmp_path, parts, when,
+                                                                                  monkeypatch):
     """Found by hostile testing: the earlier run's objects of a case no longer in the run were removed before the
     earlier manifest was replaced: a run killed (SIGKILL) or failing on a file meanwhile left the manifest listing
     objects that no longer existed. Every object a manifest lists exists, whenever the run stops; the next run
-    completes and removes the stale case."""
+    completes and removes the stale case, and what the killed run left of nnU-Net's files (review 75: in the system's
+    temporary folder, for good, at every run of this test)."""
     import signal
+    import tempfile
 
     import monai_unc.workflows.dicom as dicom
 
+    system_tmp = tmp_path / "system-tmp"
+    system_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system_tmp))  # the forked run's too
     images, out = tmp_path / "images", tmp_path / "pred"
     shutil.copytree(series, images)
     assert nnunet_predict_dicom(_args(images, out, "--output-format", "dicom"), FakePredict(images, out)) == 0
@@ -178,5 +184,39 @@ def test_a_run_killed_while_it_removes_a_stale_case_leaves_no_manifest_listing_i
         doc = json.loads((out / EXPORT_RECORD).read_text())
         for entry in doc["cases"].values():
             assert all((out / o["file"]).is_file() for o in entry["objects"]), doc
+    assert list(system_tmp.iterdir()) == []
     assert nnunet_predict_dicom(_args(images, out, "--output-format", "dicom"), FakePredict(images, out)) == 0
     assert not (out / "ct03").exists() and sorted(_listed(out)) == ["ct01", "ct02"]
+    assert list(out.glob(".*.partial*")) == [] and list(system_tmp.iterdir()) == []
+
+
+def test_a_killed_dicom_run_leaves_no_prediction_in_the_system_temporary_folder(series, tmp_path, monkeypatch):
+    """Found by review 75: ``nnunet-predict --output-format dicom`` made nnU-Net's files (a patient's segmentation and
+    maps) in ``/tmp/monai-unc-nnunet-*``, which a killed run (SIGKILL, the OOM killer) left there for good. They are
+    made in a scratch folder inside the output folder now: a killed run leaves nothing in the system's temporary
+    folder, and the next run into the output folder removes what it left there."""
+    import signal
+    import tempfile
+
+    system_tmp = tmp_path / "system-tmp"
+    system_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system_tmp))  # the forked run's too
+    out = tmp_path / "pred"
+
+    def killed() -> int:
+        fake = FakePredict(series, out)
+
+        def predict(args) -> int:  # nnU-Net's files written, the run killed before its export
+            fake(args)
+            os.kill(os.getpid(), signal.SIGKILL)
+            return 0
+
+        return nnunet_predict_dicom(_args(series, out, "--output-format", "dicom"), predict)
+
+    assert _finishes(killed) == -signal.SIGKILL
+    assert list(system_tmp.iterdir()) == []
+    left = list(out.glob(".predictions.partial-nnunet-*.dir"))
+    assert len(left) == 1 and (left[0] / "predictions" / "ct01.nii.gz").is_file()
+    assert nnunet_predict_dicom(_args(series, out, "--output-format", "dicom"), FakePredict(series, out)) == 0
+    assert sorted(_listed(out)) == ["ct01", "ct02", "ct03"]
+    assert list(out.glob(".*.partial*")) == [] and list(system_tmp.iterdir()) == []
