@@ -1109,7 +1109,7 @@ def _plain_cpu(x: Any) -> bool:
 def _portable_dropout_applies(x: Any, p: Any, train: Any, feature: bool) -> bool:
     """Whether torch's dropout of ``x`` draws a mask on the CPU (else torch's own call: no draw, or its error)."""
     return (_plain_cpu(x) and x.is_floating_point() and isinstance(p, numbers.Real) and not isinstance(p, bool)
-            and 0.0 < float(p) < 1.0 and isinstance(train, (bool, int)) and bool(train) and x.numel() > 0
+            and 0.0 < float(p) < 1.0 and isinstance(train, bool) and train and x.numel() > 0
             and (not feature or x.dim() >= 2))
 
 
@@ -1175,13 +1175,14 @@ def _scalar_bernoulli(inplace: bool) -> Callable:
         p = _float_arg(args, kwargs, 1, "p", 0.5 if inplace else None)
         if (kwargs.get("generator") is not None or set(kwargs) - {"input", "p", "generator"}
                 or not _plain_cpu(x) or isinstance(p, (torch.Tensor, bool)) or not isinstance(p, numbers.Real)
-                or not 0.0 <= float(p) <= 1.0):
-            return NotImplemented
+                or not 0.0 <= float(p) <= 1.0 or (x.requires_grad and torch.is_grad_enabled())):
+            return NotImplemented  # torch's own call (a draw recorded by autograd: its own backward node)
         prob = torch.tensor(float(p), dtype=torch.float64)
         if inplace:
             return x.bernoulli_(prob)
-        # a new contiguous tensor, as ATen's bernoulli(input, p) makes it (LEGACY_CONTIGUOUS_MEMORY_FORMAT)
-        return torch.empty_like(_base(x), memory_format=torch.contiguous_format).bernoulli_(prob)
+        # a new contiguous tensor of the input's class, as ATen's bernoulli(input, p) makes it
+        # (LEGACY_CONTIGUOUS_MEMORY_FORMAT)
+        return torch.empty_like(x, memory_format=torch.contiguous_format).bernoulli_(prob)
 
     return handler
 
@@ -1218,8 +1219,14 @@ class PortableDraws(torch.overrides.TorchFunctionMode):
     generator: masks, scaling and arithmetic stay those of ATen's CPU dropout (on a non-Intel CPU the results are
     bit for bit torch's own), drawn the same on every CPU. Covered: ``F.dropout``, ``F.dropout1d/2d/3d``,
     ``F.alpha_dropout``, ``F.feature_alpha_dropout``, ``torch.dropout`` and its kin (in place too), and the masks of
-    DropPath-style code (``x.new_empty(shape).bernoulli_(keep)``). Not covered: random draws inside a C++ kernel such as
-    the attention dropout of ``F.scaled_dot_product_attention``, compiled graphs, and GPU tensors (another generator).
+    DropPath-style code (``x.new_empty(shape).bernoulli_(keep)``). Not covered (torch's own draws): a draw inside a C++
+    kernel or TorchScript (the attention dropout of ``F.scaled_dot_product_attention``, the dropout between the
+    layers of ``nn.LSTM``/``nn.GRU``, ``torch.native_dropout``, a scripted network), a dropout inside another
+    overridable torch function (``nn.MultiheadAttention`` with ``need_weights=True``: ``F.multi_head_attention_forward``
+    runs its ``F.dropout`` with the mode switched off), a channel-wise dropout of an input of deprecated dimensions
+    (``F.dropout2d`` of a 3D or 5D input), a draw recorded by autograd (``bernoulli`` of a tensor that requires grad),
+    and GPU tensors (another generator). Every torch operation of the block costs a few microseconds more (a Python
+    call): noticeable only where the operations themselves take microseconds (a tiny network on small windows).
     :func:`seeded_rng` holds it while a seeded call runs on the CPU.
 
     Example:

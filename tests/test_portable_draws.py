@@ -176,3 +176,22 @@ def test_a_metatensor_stays_a_metatensor():
     torch.manual_seed(1)
     assert type(y) is type(x) and y.meta["note"] == 1
     assert torch.equal(y.as_tensor() != 0, _keep(x.shape, 0.3))
+
+
+def test_what_torch_refuses_or_records_stays_torchs():
+    """Found by the review of the mode: ``training=1`` was accepted (torch refuses an int), and ``torch.bernoulli``
+    of a MetaTensor or of a tensor that requires grad lost the class or the autograd record."""
+    x = torch.randn(2, 3, 4)
+    with PortableDraws(), pytest.raises(TypeError, match="must be bool"):
+        F.dropout(x, 0.3, 1)
+    w = torch.rand(2, 3, requires_grad=True)
+    torch.manual_seed(4)
+    own = torch.bernoulli(w, 0.3)
+    with PortableDraws():
+        torch.manual_seed(4)
+        ours = torch.bernoulli(w, 0.3)
+    assert ours.requires_grad == own.requires_grad and type(ours.grad_fn) is type(own.grad_fn)
+    monai = pytest.importorskip("monai")
+    m = monai.data.MetaTensor(torch.rand(2, 3), meta={"note": 2})
+    with PortableDraws():
+        assert type(torch.bernoulli(m, 0.3)) is type(m) and type(m.bernoulli(0.3)) is type(m)
