@@ -42,3 +42,19 @@ def test_no_example_leaves_a_temporary_folder():
             if "TemporaryDirectory()" in source and "with tempfile.TemporaryDirectory()" not in source
             and ".cleanup()" not in source]
     assert kept == [], f"examples that make a TemporaryDirectory without removing it: {kept}"
+
+
+def test_no_docs_example_leaves_a_temporary_folder():
+    """Found by review 75: the examples of docs/signing.md (a private signing key) and docs/monai_integration.md (the
+    saved maps) made their folder with ``tempfile.mkdtemp()``, so every ``make test`` left two folders in the
+    temporary directory. The same rules as for the docstrings, for the Python blocks of every docs page."""
+    docs = _PACKAGE.parent / "docs"
+    blocks = [(str(page.relative_to(docs.parent)), block) for page in sorted(docs.rglob("*.md"))
+              for block in re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S)]
+    assert len(blocks) > 30  # the scan found the pages' examples
+    made = sorted({where for where, source in blocks if "mkdtemp(" in source})
+    assert made == [], f"docs examples that leave a folder behind (use tempfile.TemporaryDirectory()): {made}"
+    kept = sorted({where for where, source in blocks
+                   if "TemporaryDirectory()" in source and "with tempfile.TemporaryDirectory()" not in source
+                   and ".cleanup()" not in source})
+    assert kept == [], f"docs examples that make a TemporaryDirectory without removing it: {kept}"
