@@ -73,6 +73,8 @@ __all__ = [
     "MappedArrays",
     "smallest_int_dtype",
     "scratch_folder",
+    "remove_dead_scratch",
+    "private_folder",
     "save_state",
     "atomic_torch_save",
     "atomic_savefig",
@@ -650,9 +652,9 @@ def scratch_folder(output: str | os.PathLike, what: str) -> Iterator[Path]:
     :func:`clean_partial_files` of that folder, and by :func:`atomic_folder` of ``output`` (its stale
     ``.<name>.partial-*.dir`` folders). ``monai-unc calibrate`` and ``monai-unc nnunet-calibrate`` keep their
     validation cases' logits there (:class:`MappedArrays`); ``monai-unc nnunet-predict`` its staged DICOM input and,
-    with ``--output-format dicom``, nnU-Net's predictions (both inside ``-o``), and its export the uncompressed files
-    of a map (beside the map). None of them is in the system's temporary folder, which a killed run's files (a
-    patient's scans) would stay in for good (found by review 75).
+    with ``--output-format dicom``, nnU-Net's predictions (both inside ``-o``; every run into ``-o`` removes what a
+    killed run of either kind left: :func:`remove_dead_scratch`). Neither is in the system's temporary folder, which
+    a killed run's files (a patient's scans) would stay in for good (found by review 75).
 
     Args:
         output: the output file or folder the run writes (its folder must exist).
@@ -674,13 +676,8 @@ def scratch_folder(output: str | os.PathLike, what: str) -> Iterator[Path]:
         True True
         []
     """
-    if not isinstance(what, str) or not what or not all(c.isascii() and (c.isalnum() or c in "-_") for c in what):
-        raise ValueError(f"what must be a word of letters, digits, '-' and '_', got {what!r}")
     output = Path(output)
-    name = output.name  # shortened so that a name near the file system's 255-byte limit still gets its folder
-    while name and len(f".{name}.partial-{what}-".encode("utf-8", "surrogateescape")) > 200:
-        name = name[:-1]
-    prefix = f".{name}.partial-{what}-"
+    prefix = _scratch_prefix(output, what)
     _remove_dead_scratch(output.parent, prefix)
     folder, fd = _held_scratch(output.parent, prefix)
     try:
@@ -689,6 +686,72 @@ def scratch_folder(output: str | os.PathLike, what: str) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
         if fd is not None:
             os.close(fd)  # the lock released once the folder is gone
+
+
+def _scratch_prefix(output: Path, what: str) -> str:
+    """The name prefix of the scratch folders of ``output`` and ``what``: ``.<name>.partial-<what>-``.
+
+    ``<name>`` is shortened so that a name near the file system's 255-byte limit still gets its folder.
+    """
+    if not isinstance(what, str) or not what or not all(c.isascii() and (c.isalnum() or c in "-_") for c in what):
+        raise ValueError(f"what must be a word of letters, digits, '-' and '_', got {what!r}")
+    name = output.name
+    while name and len(f".{name}.partial-{what}-".encode("utf-8", "surrogateescape")) > 200:
+        name = name[:-1]
+    return f".{name}.partial-{what}-"
+
+
+def remove_dead_scratch(output: str | os.PathLike, what: str) -> None:
+    """Remove the scratch folders of ``output`` and ``what`` (:func:`scratch_folder`) that killed runs left.
+
+    :func:`scratch_folder` does it for its own ``output`` and ``what``; a command whose runs make scratch folders of
+    several kinds in one folder (``nnunet-predict``: a DICOM input's staging, the predictions of
+    ``--output-format dicom``) calls it for the kinds it does not make itself, so that any later run into the
+    folder removes a killed run's data. A live run's folder (locked) is left alone.
+
+    Args:
+        output: the output file or folder the scratch folders were made beside.
+        what: their word (see :func:`scratch_folder`).
+
+    Raises:
+        ValueError: naming ``what`` when it is not such a word.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     (Path(d) / ".cal.pt.partial-logits-x1y2.dir").mkdir()  # left by a killed run
+        ...     remove_dead_scratch(Path(d) / "cal.pt", "logits")
+        ...     print(list(Path(d).iterdir()))
+        []
+    """
+    output = Path(output)
+    _remove_dead_scratch(output.parent, _scratch_prefix(output, what))
+
+
+def private_folder(path: str | os.PathLike) -> contextlib.AbstractContextManager[Path]:
+    """A private folder beside ``path`` for the parts a writer makes of it: ``.<name>.partial.dir`` (mode 0700).
+
+    The folder :func:`atomic_path` writes in (its name fixed per file, so that a killed run's is removed by the next
+    write of ``path`` and by :func:`clean_partial_files`, whatever else the folder holds: no listing of the folder;
+    locked while its write lives; a random ``.<name>.partial-XXXXXXXX.dir`` where another write holds it). Removed
+    when the block ends.
+
+    Args:
+        path: the file whose parts the folder holds (its folder must exist).
+
+    Returns:
+        A context manager yielding the new, empty folder.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     with private_folder(Path(d) / "map.nii.gz") as folder:
+        ...         print(folder.name)
+        ...     print(list(Path(d).iterdir()))
+        .map.nii.gz.partial.dir
+        []
+    """
+    return _private_folder(Path(path))
 
 
 def _held_scratch(parent: Path, prefix: str) -> tuple[Path, int | None]:

@@ -18,7 +18,6 @@ uses absolute imports only (nnU-Net imports the modules of the ``nnUNet_extTrain
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 from pathlib import Path
@@ -351,7 +350,13 @@ def _predict(args: argparse.Namespace) -> int:
     check_predict_flags(args)
     import torch
 
-    from monai_unc.io import check_output_folder, input_folder, refuse_dataset_root, scratch_folder
+    from monai_unc.io import (
+        check_output_folder,
+        input_folder,
+        refuse_dataset_root,
+        remove_dead_scratch,
+        scratch_folder,
+    )
     from monai_unc.nnunet.predictor import UncertaintyPredictor, check_checkpoint_name
 
     if not 0 <= args.part_id < args.num_parts:
@@ -418,12 +423,18 @@ def _predict(args: argparse.Namespace) -> int:
         predictor.initialize_from_trained_model_folder(model, folds, checkpoint_name=args.chk)
         # a DICOM input is staged (as NIfTI: the patients' scans) in a scratch folder inside -o,
         # .images.partial-dicom-input-<random>.dir: not in the system's temporary folder, where a killed run left them
-        # for good (found by review 75); the next run into -o removes what a killed one left. Inside -o (made here,
-        # as nnU-Net would, and removed again when the run fails before writing anything), not beside it: -o's parent
-        # may be no folder the user can write (a container's /output)
+        # for good (found by review 75); the next run into -o removes what a killed one left, and what a killed
+        # --output-format dicom run left (its predictions' scratch folder). Inside -o (made here, as nnU-Net would,
+        # and removed again with the parents made with it when the run fails before writing anything), not beside
+        # it: -o's parent may be no folder the user can write (a container's /output)
         output = Path(args.o)
-        made = not output.is_dir()
+        made = []  # -o and the parents made with it, innermost first
+        folder = output
+        while not folder.exists() and not folder.is_symlink() and folder.parent != folder:
+            made.append(folder)
+            folder = folder.parent
         output.mkdir(parents=True, exist_ok=True)
+        remove_dead_scratch(output / "predictions", "nnunet")
         try:
             with scratch_folder(output / "images", "dicom-input") as staging:
                 # DICOM input: only this part's cases are read and staged, but nnU-Net gets every case (their file
@@ -439,9 +450,11 @@ def _predict(args: argparse.Namespace) -> int:
                     part_id=args.part_id,
                 )
         finally:
-            if made:
-                with contextlib.suppress(OSError):
-                    output.rmdir()  # only when empty: a run that failed before nnU-Net wrote anything
+            for folder in made:  # only when empty: a run that failed before nnU-Net wrote anything
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
     finally:
         torch.set_num_threads(threads)
     return 0

@@ -61,10 +61,10 @@ from monai_unc.io import (
     output_digests,
     output_lock,
     plain_file_name,
+    private_folder,
     read_json_or_none,
     record_digest,
     save_nifti_image,
-    scratch_folder,
     write_csv,
 )
 from monai_unc.keys import DEFAULT_MEASURES, MIMeaning, UncertaintyKeys
@@ -421,9 +421,8 @@ def write_float_map(reader_writer: Any, data: np.ndarray, output_fname: str | os
 
     2D natural-image formats (png, bmp, ...) cannot hold floats: the map goes to ``<name>.npz`` (key ``map``)
     instead, and that path is returned. ``.nii.gz`` maps are gzipped at a fast level (float maps shrink little),
-    from the ``.nii`` the reader/writer writes in a scratch folder beside the map
-    (``.<name>.partial-map-<random>.dir``, :func:`monai_unc.io.scratch_folder`: removed by the next write of the
-    map when a killed run left it).
+    from the ``.nii`` the reader/writer writes in a private folder beside the map (``.<name>.nii.partial.dir``,
+    :func:`monai_unc.io.private_folder`: removed by the next write of the map when a killed run left it).
 
     Args:
         reader_writer: the dataset's nnU-Net image reader/writer (e.g. ``SimpleITKIO``, ``NibabelIO``).
@@ -456,11 +455,12 @@ def write_float_map(reader_writer: Any, data: np.ndarray, output_fname: str | os
     if _ending(out.name) == ".nii.gz":
         # the reader/writer writes the uncompressed .nii (the same header and voxels it would compress), gzipped at
         # MAP_COMPRESSLEVEL: a float map shrinks by under 20 % at any level, and SimpleITK's default level made the
-        # write ~15 % slower (docs/nnunet.md, "What each map costs"). The .nii goes to a scratch folder beside the
-        # map (.<name>.partial-map-<random>.dir), which the next write of the map removes when a killed run left it
-        # (found by review 75: a killed export's hidden .map_* folders of uncompressed maps stayed in -o for good)
+        # write ~15 % slower (docs/nnunet.md, "What each map costs"). The .nii goes to a private folder beside the
+        # map (.<name>.nii.partial.dir, its name fixed per map: no listing of a folder of thousands of maps), which
+        # the next write of the map removes when a killed run left it (found by review 75: a killed export's hidden
+        # .map_* folders of uncompressed maps stayed in -o for good)
         out.parent.mkdir(parents=True, exist_ok=True)
-        with scratch_folder(out, "map") as tmpdir:
+        with private_folder(out.with_name(out.name + ".nii")) as tmpdir:
             nii = tmpdir / f"{out.name[: -len('.gz')]}"
             reader_writer.write_seg(arr.view(_FloatMap), str(nii), properties)
             return atomic_gzip(nii, out, compresslevel=MAP_COMPRESSLEVEL)
@@ -502,8 +502,8 @@ def write_region_maps(reader_writer: Any, data: np.ndarray, output_fname: str | 
     channel order. Each region is first written by the dataset's ``reader_writer`` (its geometry code, any
     reorientation included) to a temporary 3D file and read back with nibabel, so the 4D file has exactly the
     voxel order, affine and header of the 3D maps (with spacing 1 along the region axis: ``pixdim[4] = 1``); the 3D
-    files lie in a scratch folder beside the map (``.<name>.partial-regions-<random>.dir``,
-    :func:`monai_unc.io.scratch_folder`), which the next write of the map removes when a killed run left it. Other
+    files lie in a private folder beside the map (``.<name>.regions.partial.dir``,
+    :func:`monai_unc.io.private_folder`), which the next write of the map removes when a killed run left it. Other
     formats hold no 4D image, and the regions of a 2D image (a 2D NIfTI, which its reader/writer writes as a 2D
     file) would become its z axis: one file per region, ``<case>_<measure>_<region><ending>``, each with the
     image's own shape and geometry.
@@ -547,9 +547,9 @@ def write_region_maps(reader_writer: Any, data: np.ndarray, output_fname: str | 
         return [write_float_map(reader_writer, arr[r], out.with_name(f"{stem}_{name}{ending}"), properties,
                                 sidecars=sidecars) for r, name in enumerate(region_names)]
     out.parent.mkdir(parents=True, exist_ok=True)
-    # the 3D files in a scratch folder beside the map (.<name>.partial-regions-<random>.dir), which the next write of
-    # the map removes when a killed run left it (review 75)
-    with scratch_folder(out, "regions") as tmpdir:
+    # the 3D files in a private folder beside the map (.<name>.regions.partial.dir), which the next write of the map
+    # removes when a killed run left it (review 75)
+    with private_folder(out.with_name(out.name + ".regions")) as tmpdir:
         volumes, ref = [], None
         for r in range(arr.shape[0]):
             f = tmpdir / f"r{r}.nii"

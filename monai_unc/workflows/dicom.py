@@ -89,6 +89,7 @@ from ..io import (
     read_volume,
     recorded_channels,
     recorded_series,
+    remove_dead_scratch,
     scratch_folder,
 )
 from ..io.dicom import (
@@ -1743,6 +1744,8 @@ def nnunet_predict_dicom(args: argparse.Namespace, predict: Callable[[argparse.N
             # temporary folder, where a killed run left them for good (found by review 75: a patient's predictions in
             # /tmp/monai-unc-nnunet-*); the next run into the folder removes what a killed one left there. Inside -o,
             # not beside it: -o's parent may be no folder the user can write (a container's /output)
+            # (and a killed run's staging of DICOM series of another output format: any run into -o removes it)
+            remove_dead_scratch(Path(args.o) / "images", "dicom-input")
             nifti = Path(args.o) if both else \
                 held.enter_context(scratch_folder(Path(args.o) / "predictions", "nnunet")) / "predictions"
             status = predict(argparse.Namespace(**{**vars(args), "o": str(nifti)}))

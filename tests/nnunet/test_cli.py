@@ -427,3 +427,48 @@ def test_a_run_refused_at_the_staging_leaves_no_output_folder(tmp_path, monkeypa
     assert cli.main(argv) == 2
     assert "notes.txt is not a readable DICOM file" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_refused_run_removes_the_parents_of_o_it_made(tmp_path, capsys, one_torch_thread):
+    """Found by the review of the scratch folders: ``-o a/b/out`` (none of it there) refused at the staging removed
+    ``out`` and left the ``a/b`` it had made with it."""
+    pytest.importorskip("pydicom", reason="needs the dicom extra")
+    from tests.nnunet.test_nnunet_conformal import write_model_folder
+
+    model = write_model_folder(tmp_path / "model")
+    (tmp_path / "in" / "ct01").mkdir(parents=True)
+    (tmp_path / "in" / "ct01" / "notes.txt").write_text("x")
+    (tmp_path / "kept").mkdir()
+    argv = ["nnunet-predict", "-i", str(tmp_path / "in"), "-o", str(tmp_path / "kept" / "a" / "b" / "out"), "-m",
+            str(model), "-f", "0", "-device", "cpu", "--sources", "mirroring", "--disable_progress_bar"]
+    assert cli.main(argv) == 2
+    assert "notes.txt is not a readable DICOM file" in capsys.readouterr().err
+    assert list((tmp_path / "kept").iterdir()) == []  # the folder that was there is kept
+
+
+def test_any_run_into_o_removes_what_a_killed_run_of_another_output_format_left(tmp_path, one_torch_thread):
+    """Found by the review of the scratch folders: each kind of run swept only its own kind of scratch folder, so a
+    killed ``--output-format dicom`` run's predictions stayed through a later NIfTI run into the same ``-o``, and a
+    killed NIfTI run's staged DICOM series through a later ``--output-format dicom`` run. Any run removes both kinds
+    that no live run holds."""
+    pytest.importorskip("pydicom", reason="needs the dicom extra")
+    import numpy as np
+
+    from monai_unc.io.dicom import write_series
+    from tests.nnunet.test_nnunet_conformal import write_model_folder
+
+    model = write_model_folder(tmp_path / "model")
+    write_series(np.round(np.random.default_rng(3).uniform(-1, 1, (20, 18, 16)) * 400), np.eye(4),
+                 tmp_path / "in" / "ct01", modality="CT")
+    out = tmp_path / "out"
+    for fmt in ("nifti", "dicom"):
+        left = [out / ".predictions.partial-nnunet-dead0001.dir" / "predictions",
+                out / ".images.partial-dicom-input-dead0002.dir"]
+        for folder in left:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "ct01_0000.nii.gz").write_bytes(b"a killed run's")
+        argv = ["nnunet-predict", "-i", str(tmp_path / "in"), "-o", str(out), "-m", str(model), "-f", "0",
+                "-device", "cpu", "--sources", "mirroring", "-npp", "0", "-nps", "0", "--disable_progress_bar",
+                "--output-format", fmt]
+        assert cli.main(argv) == 0, fmt
+        assert list(out.glob(".*.partial*")) == [], fmt
