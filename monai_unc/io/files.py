@@ -654,7 +654,7 @@ def scratch_folder(output: str | os.PathLike, what: str) -> Iterator[Path]:
     validation cases' logits there (:class:`MappedArrays`); ``monai-unc nnunet-predict`` its staged DICOM input and,
     with ``--output-format dicom``, nnU-Net's predictions (both inside ``-o``; every run into ``-o`` removes what a
     killed run of either kind left: :func:`remove_dead_scratch`). Neither is in the system's temporary folder, which
-    a killed run's files (a patient's scans) would stay in for good (found by review 75).
+    a killed run's files (a patient's scans) would stay in for good (in earlier versions).
 
     Args:
         output: the output file or folder the run writes (its folder must exist).
