@@ -1090,7 +1090,7 @@ def seeded_rng(seed: int, devices: Sequence[torch.device | int]) -> Iterator[Non
 _ALPHA_DROPOUT = 1.7580993408473766
 
 
-def _float_arg(args: tuple, kwargs: dict, i: int, name: str, default: Any) -> Any:
+def _call_arg(args: tuple, kwargs: dict, i: int, name: str, default: Any) -> Any:
     """Argument ``i`` (``name``) of a call, or ``default``."""
     return args[i] if len(args) > i else kwargs.get(name, default)
 
@@ -1148,10 +1148,10 @@ def _dropout_handler(feature: bool | tuple[int, ...], alpha: bool, inplace: bool
     """
 
     def handler(*args: Any, **kwargs: Any) -> Any:
-        x = _float_arg(args, kwargs, 0, "input", None)
-        p = _float_arg(args, kwargs, 1, names[0], 0.5 if train_default is not None else None)
-        train = _float_arg(args, kwargs, 2, names[1], train_default)
-        in_place = bool(_float_arg(args, kwargs, 3, "inplace", False)) if inplace is None else inplace
+        x = _call_arg(args, kwargs, 0, "input", None)
+        p = _call_arg(args, kwargs, 1, names[0], 0.5 if train_default is not None else None)
+        train = _call_arg(args, kwargs, 2, names[1], train_default)
+        in_place = bool(_call_arg(args, kwargs, 3, "inplace", False)) if inplace is None else inplace
         if not isinstance(feature, tuple) or not isinstance(x, torch.Tensor):
             return _portable_dropout(x, p, train, feature=bool(feature), alpha=alpha, inplace=in_place)
         if x.dim() == feature[0]:
@@ -1171,8 +1171,8 @@ def _scalar_bernoulli(inplace: bool) -> Callable:
     no generator of its own."""
 
     def handler(*args: Any, **kwargs: Any) -> Any:
-        x = _float_arg(args, kwargs, 0, "input", None)
-        p = _float_arg(args, kwargs, 1, "p", 0.5 if inplace else None)
+        x = _call_arg(args, kwargs, 0, "input", None)
+        p = _call_arg(args, kwargs, 1, "p", 0.5 if inplace else None)
         if (kwargs.get("generator") is not None or set(kwargs) - {"input", "p", "generator"}
                 or not _plain_cpu(x) or isinstance(p, (torch.Tensor, bool)) or not isinstance(p, numbers.Real)
                 or not 0.0 <= float(p) <= 1.0 or (x.requires_grad and torch.is_grad_enabled())):

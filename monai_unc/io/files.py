@@ -799,8 +799,7 @@ def _remove_dead_scratch(parent: Path, prefix: str) -> None:
     """
     if fcntl is None or not parent.is_dir():
         return
-    # the names first (os.scandir, no path made per entry): a map's scratch folder is made for each map nnU-Net's
-    # export writes, in an output folder of thousands of files
+    # the names first (os.scandir, no path made per entry): the folder may hold thousands of outputs
     with os.scandir(parent) as entries:
         names = [e.name for e in entries if e.name.startswith(prefix) and e.name.endswith(".dir")]
     for name in names:
