@@ -706,7 +706,9 @@ def risk_controlled_threshold_core(
     else:
         raise ValueError(f"p_value must be one of {P_VALUES}, got {p_value!r:.80}")
     for name, val in (("target_risk", target_risk), ("delta", delta)):
-        if isinstance(val, bool) or not isinstance(val, (int, float, np.floating)) or not 0 < float(val) < 1:
+        if isinstance(val, (bool, np.bool_)) or not isinstance(val, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{name} must be a number in (0, 1), got {type(val).__name__} {val!r:.80}")
+        if not 0 < float(val) < 1:
             raise ValueError(f"{name} must be a number in (0, 1), got {val!r}")
     if n_candidates is not None and (
         isinstance(n_candidates, bool) or not isinstance(n_candidates, (int, np.integer)) or n_candidates < 1

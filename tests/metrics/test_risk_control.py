@@ -389,3 +389,18 @@ def test_a_tiny_delta_certifies_what_the_exact_bound_allows():
     r = risk_controlled_threshold(u, failed, target_risk=0.01, delta=1e-15, n_candidates=20)
     assert r.feasible and r.coverage == 1.0
     assert r.bound == pytest.approx(-math.expm1(math.log(1e-15 / 20) / 10000), rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ["target_risk", "delta"])
+@pytest.mark.parametrize("bad", [True, np.bool_(False), "0.1", None, [0.1]])
+def test_a_level_that_is_no_number_is_a_type_error_naming_it(name, bad):
+    """A bool, a string, None or a list as ``target_risk`` / ``delta`` is a TypeError naming the argument (it was a
+    ValueError, as for a number outside (0, 1)); a number outside stays a ValueError."""
+    rng = np.random.default_rng(0)
+    u, r = rng.random(40), (rng.random(40) < 0.3).astype(float)
+    kwargs = {"target_risk": 0.3, "delta": 0.1}
+    with pytest.raises(TypeError, match=f"{name} must be a number in"):
+        risk_controlled_threshold(u, r, **{**kwargs, name: bad})
+    with pytest.raises(ValueError, match=f"{name} must be a number in"):
+        risk_controlled_threshold(u, r, **{**kwargs, name: 1.5})
+    assert risk_controlled_threshold(u, r, **{**kwargs, name: np.float32(0.2)}).threshold is not None
