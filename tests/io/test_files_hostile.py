@@ -503,10 +503,11 @@ def test_the_scratch_folder_of_a_killed_run_is_removed_by_the_next_run(tmp_path)
 
 @pytest.mark.skipif(os.name != "posix", reason="flock")
 def test_a_scratch_folder_beside_an_output_of_a_long_name_is_made(tmp_path):
-    """Review 75: a map file of nnU-Net's export got a scratch folder ``.<name>.partial-map-<random>.dir`` beside it;
-    a name near the 255-byte limit (a long case id) made that folder's name too long (``File name too long``). The
-    name is shortened in the folder's name, as for :func:`~monai_unc.io.atomic_write`'s private folder, and a folder a
-    killed run left is still found by the next one."""
+    """Review 75: a scratch folder ``.<name>.partial-<what>-<random>.dir`` beside an output whose name is near the
+    255-byte limit (a map of a long case id, as nnU-Net's export first wrote them) had a name too long for the file
+    system (``File name too long``). The name is shortened in the folder's name, as for
+    :func:`~monai_unc.io.atomic_write`'s private folder, and a folder a killed run left is still found by the next
+    one."""
     from monai_unc.io import scratch_folder
 
     out = tmp_path / ("c" * 230 + "_pe.nii.gz")

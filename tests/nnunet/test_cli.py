@@ -412,26 +412,12 @@ def test_a_killed_run_leaves_no_staged_dicom_input_in_the_system_temporary_folde
     assert list(out.glob(".*.partial*")) == [] and list(system_tmp.iterdir()) == []
 
 
-def test_a_run_refused_at_the_staging_leaves_no_output_folder(tmp_path, monkeypatch, capsys, one_torch_thread):
+@pytest.mark.parametrize("parts", [("out",), ("a", "b", "out")])
+def test_a_run_refused_at_the_staging_leaves_no_output_folder(parts, tmp_path, capsys, one_torch_thread):
     """The scratch folder of the staging is made inside ``-o``, which is made for it: a run refused at the staging
-    (an unreadable series) leaves no ``-o`` it made, as before (nnU-Net made it only when it predicted)."""
-    pytest.importorskip("pydicom", reason="needs the dicom extra")
-    from tests.nnunet.test_nnunet_conformal import write_model_folder
-
-    model = write_model_folder(tmp_path / "model")
-    (tmp_path / "in" / "ct01").mkdir(parents=True)
-    (tmp_path / "in" / "ct01" / "notes.txt").write_text("x")
-    out = tmp_path / "out"
-    argv = ["nnunet-predict", "-i", str(tmp_path / "in"), "-o", str(out), "-m", str(model), "-f", "0",
-            "-device", "cpu", "--sources", "mirroring", "--disable_progress_bar"]
-    assert cli.main(argv) == 2
-    assert "notes.txt is not a readable DICOM file" in capsys.readouterr().err
-    assert not out.exists()
-
-
-def test_a_refused_run_removes_the_parents_of_o_it_made(tmp_path, capsys, one_torch_thread):
-    """Found by the review of the scratch folders: ``-o a/b/out`` (none of it there) refused at the staging removed
-    ``out`` and left the ``a/b`` it had made with it."""
+    (an unreadable series) leaves no ``-o`` it made, as before (nnU-Net made it only when it predicted), nor the
+    parents made with it (found by the review of the scratch folders: ``-o a/b/out``, none of it there, left
+    ``a/b``); the folder that was there is kept."""
     pytest.importorskip("pydicom", reason="needs the dicom extra")
     from tests.nnunet.test_nnunet_conformal import write_model_folder
 
@@ -439,11 +425,11 @@ def test_a_refused_run_removes_the_parents_of_o_it_made(tmp_path, capsys, one_to
     (tmp_path / "in" / "ct01").mkdir(parents=True)
     (tmp_path / "in" / "ct01" / "notes.txt").write_text("x")
     (tmp_path / "kept").mkdir()
-    argv = ["nnunet-predict", "-i", str(tmp_path / "in"), "-o", str(tmp_path / "kept" / "a" / "b" / "out"), "-m",
+    argv = ["nnunet-predict", "-i", str(tmp_path / "in"), "-o", str(tmp_path.joinpath("kept", *parts)), "-m",
             str(model), "-f", "0", "-device", "cpu", "--sources", "mirroring", "--disable_progress_bar"]
     assert cli.main(argv) == 2
     assert "notes.txt is not a readable DICOM file" in capsys.readouterr().err
-    assert list((tmp_path / "kept").iterdir()) == []  # the folder that was there is kept
+    assert list((tmp_path / "kept").iterdir()) == []
 
 
 def test_any_run_into_o_removes_what_a_killed_run_of_another_output_format_left(tmp_path, one_torch_thread):
