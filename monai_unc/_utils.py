@@ -38,6 +38,7 @@ __all__ = [
     "argmax",
     "stated_affine",
     "real_array",
+    "check_case_labels",
     "check_nonnegative",
     "foreground_masks",
     "sum_f64",
@@ -1756,6 +1757,48 @@ def real_array(a: np.ndarray, name: str, note: str = "") -> np.ndarray:
     if not ok:
         raise TypeError(f"{name} must hold real numbers{note}, got dtype {a.dtype}")
     return np.array(a, dtype=np.float64)
+
+
+def _head_labels(labels: list[Any], n: int = 5) -> str:
+    return repr(labels) if len(labels) <= n else f"{repr(labels[:n])[:-1]}, ... ({len(labels)} cases)]"
+
+
+def check_case_labels(values: Iterable[tuple[str, Any]]) -> None:
+    """ValueError when labelled per-case values (a pandas ``Series``' index) name different cases, or in another order.
+
+    Values of the same cases are paired by position; a ``Series`` indexed by case id read from another table (sorted
+    otherwise, or with other cases left out) would pair case ``c1`` of one with ``c3`` of the other without a word.
+    Values without an index (arrays, lists, tensors) are not checked; labelled ones must all carry one index.
+
+    Args:
+        values: ``(name, values)`` pairs, each name as the error should call the argument (``values_a['dice']``).
+
+    Raises:
+        ValueError: two labelled values carry different indexes, naming both.
+    """
+    first: tuple[str, list[Any]] | None = None
+    for where, v in values:
+        index = getattr(v, "index", None)
+        if index is None or callable(index):  # a list's or a tensor's .index is a method, not case labels
+            continue
+        labels = list(index)
+        if first is None:
+            first = (where, labels)
+        elif labels != first[1]:
+            # found by review: rows of one long table (df[df.method == "b"]["dice"]) carry row numbers, not case ids;
+            # reindexing one by the other's row numbers, as advised, gave every case NaN
+            rows = all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in labels + first[1])
+            advice = (
+                "row numbers, not case ids: index both by case id (e.g. df.set_index('case_id')['dice']) and align "
+                "them with series.reindex(other.index), or pass series.to_numpy() when the rows are already in the "
+                "same case order"
+                if rows
+                else "align them first, e.g. series.reindex(other.index)"
+            )
+            raise ValueError(
+                f"{where} and {first[0]} label different cases or list them in another order (index "
+                f"{_head_labels(labels)} against {_head_labels(first[1])}); the values are paired by position: {advice}"
+            )
 
 
 def listed(items: Sequence[Any], limit: int) -> str:

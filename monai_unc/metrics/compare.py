@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from .._deprecation import deprecated_arg_names
-from .._utils import check_bool, holds_bool, real_array, to_numpy
+from .._utils import check_bool, check_case_labels, holds_bool, real_array, to_numpy
 from . import discrimination as _disc
 from . import spatial as _spatial
 from .calibration import uce
@@ -96,12 +96,12 @@ def _outcomes(x: Any, name: str) -> np.ndarray:
 
 
 def _sample(x: Any, name: str) -> np.ndarray:
-    """``x`` as a 1-D float64 sample of finite values (ValueError naming ``name`` otherwise; TypeError for complex)."""
-    x = _host(x, name)
-    a = np.asarray(x)
-    if np.issubdtype(a.dtype, np.complexfloating):  # a cast to float64 would drop the imaginary part
-        raise TypeError(f"{name} must hold real numbers, got dtype {a.dtype}")
-    a = np.asarray(x, dtype=np.float64)  # as before: None in a list reads as NaN
+    """``x`` as a 1-D float64 sample of finite values (ValueError naming ``name``; TypeError for complex or text).
+
+    The cast to float64 parsed text (``["1.0", "2.0"]`` was the sample 1, 2, which :func:`compare_metric_values`
+    refuses) and would drop the imaginary part of a complex value; ``None`` in a list still reads as NaN, as before.
+    """
+    a = _real(x, name)
     if a.ndim != 1:
         raise ValueError(f"{name} must be a 1-D sample, got shape {a.shape}")
     if not np.isfinite(a).all():
@@ -337,7 +337,7 @@ def cohens_d(a: Any, b: Any) -> float:
 
     Raises:
         ValueError: ``a`` or ``b`` is not 1-D or holds NaN / inf (leave such cases out first).
-        TypeError: ``a`` or ``b`` holds complex numbers.
+        TypeError: ``a`` or ``b`` holds complex numbers or text.
 
     Example:
         >>> from monai_unc.metrics import cohens_d
@@ -384,16 +384,20 @@ def mcnemar_test(x: Any, y: Any, exact: bool = True) -> float:
     ``b = c``: the correction never turns a perfect balance into evidence, as in R's ``mcnemar.test``).
 
     Args:
-        x: ``(n,)`` 0/1 outcomes.
-        y: ``(n,)`` paired 0/1 outcomes.
+        x: ``(n,)`` 0/1 outcomes (an array, a list, a tensor or a pandas ``Series``).
+        y: ``(n,)`` paired 0/1 outcomes of the same cases in the same order (paired by position: when both are
+            pandas ``Series`` their indexes must agree, which is checked, not used to align).
         exact: exact binomial test (default) or the chi-square approximation.
 
     Returns:
-        The p-value as a float; 1.0 when there is no discordant pair.
+        The p-value as a float; 1.0 when there is no discordant pair; NaN with a ``UserWarning`` for no case at all
+        (``n = 0``: no evidence either way, as :func:`cochrans_q` says it).
 
     Raises:
-        ValueError: ``x`` or ``y`` holds values other than 0 and 1 (NaN included), or their shapes differ.
-        TypeError: ``exact`` is not a bool.
+        ValueError: ``x`` or ``y`` is not 1-D or holds values other than 0 and 1 (NaN included), their shapes
+            differ, or both are pandas ``Series`` with different indexes (other cases, or another order: align them
+            first).
+        TypeError: ``x`` or ``y`` holds text, or ``exact`` is not a bool.
 
     Example:
         >>> from monai_unc.metrics import mcnemar_test
@@ -404,7 +408,15 @@ def mcnemar_test(x: Any, y: Any, exact: bool = True) -> float:
     """
     # found by hostile testing: exact="False" (a string, e.g. from a configuration file) ran the exact test
     exact = check_bool(exact, "exact")
-    b, c = _discordant_pairs(_outcomes(x, "x"), _outcomes(y, "y"))
+    check_case_labels([("x", x), ("y", y)])  # a Series' case ids would be ignored: pairing by position must be right
+    xo, yo = _outcomes(x, "x"), _outcomes(y, "y")
+    for name, o in (("x", xo), ("y", yo)):
+        if o.ndim != 1:  # a 0-d 1 against 0 was "no discordant pair", p = 1
+            raise ValueError(f"{name} must be (n,) 0/1 outcomes, got shape {o.shape}")
+    b, c = _discordant_pairs(xo, yo)
+    if xo.size == 0:  # no case: undefined, not "no difference" (as _compare_values and cochrans_q say it)
+        warnings.warn("mcnemar_test: no case; the p-value is undefined (NaN)", UserWarning, stacklevel=2)
+        return float("nan")
     if b + c == 0:
         return 1.0
     from scipy import stats  # ~1 s to import: loaded by the tests that use it, not by every command using metrics
@@ -428,13 +440,18 @@ def holm_correction(p_values: Any) -> np.ndarray:
 
     Raises:
         ValueError: ``p_values`` is not 1-D, or a p-value lies outside [0, 1] (NaN is allowed).
+        TypeError: ``p_values`` holds booleans (flags, not p-values), text or complex numbers.
 
     Example:
         >>> from monai_unc.metrics import holm_correction
         >>> holm_correction([0.01, 0.04, float("nan"), 0.03])
         array([0.03, 0.06,  nan, 0.06])
     """
-    p = _real(p_values, "p_values")
+    raw = _host(p_values, "p_values")
+    if holds_bool(raw) or holds_bool(np.asarray(raw)):  # a list [0.01, True] is the float array [0.01, 1]
+        # found by review: [False, False] read as p = 0, 0, every test "significant"
+        raise TypeError("p_values must hold p-values (numbers in [0, 1] or NaN), got booleans (flags)")
+    p = _real(raw, "p_values")
     if p.ndim != 1:
         raise ValueError(f"p_values must be 1-D, got shape {p.shape}")
     if bool(((p < 0) | (p > 1)).any()):  # NaN compares False: allowed
@@ -709,38 +726,17 @@ def _one_metric(name: str, a: np.ndarray, b: np.ndarray, higher: bool, stackleve
     return MetricComparison(name, higher, a, b, prefers, valid, accuracy, d, rel, int(ties.sum()))
 
 
-def _head(labels: list[Any], n: int = 5) -> str:
-    return repr(labels) if len(labels) <= n else f"{repr(labels[:n])[:-1]}, ... ({len(labels)} cases)]"
-
-
 def _check_case_labels(values_a: Mapping[str, Any], values_b: Mapping[str, Any]) -> None:
     """ValueError when labelled per-case values (a pandas ``Series``' index) name different cases, or in another order.
 
     The values are paired by position; a Series indexed by case id read from another table (sorted otherwise, or with
-    other cases left out) would pair case ``c1`` of map a with ``c3`` of map b without a word.
+    other cases left out) would pair case ``c1`` of map a with ``c3`` of map b without a word
+    (:func:`~monai_unc._utils.check_case_labels`).
     """
-    first: tuple[str, list[Any]] | None = None
-    for side, values in (("values_a", values_a), ("values_b", values_b)):
-        for n, v in values.items():
-            index = getattr(v, "index", None)
-            if index is None or callable(index):  # a list's or a tensor's .index is a method, not case labels
-                continue
-            labels = list(index)
-            where = f"{side}[{n!r}]"
-            if first is None:
-                first = (where, labels)
-            elif labels != first[1]:
-                # found by review: rows of one long table (df[df.method == "b"]["dice"]) carry row numbers, not case
-                # ids; reindexing one by the other's row numbers, as advised, gave every case NaN
-                rows = all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in labels + first[1])
-                advice = ("row numbers, not case ids: index both by case id (e.g. df.set_index('case_id')['dice']) "
-                          "and align them with series.reindex(other.index), or pass series.to_numpy() when the rows "
-                          "are already in the same case order") if rows else "align them first, e.g. " \
-                    "series.reindex(other.index)"
-                raise ValueError(
-                    f"{where} and {first[0]} label different cases or list them in another order (index "
-                    f"{_head(labels)} against {_head(first[1])}); the values are paired by position: {advice}"
-                )
+    check_case_labels(
+        [(f"{side}[{n!r}]", v) for side, values in (("values_a", values_a), ("values_b", values_b))
+         for n, v in values.items()]
+    )
 
 
 def compare_metric_values(
@@ -911,11 +907,11 @@ def _spacing_array(spacing: Any) -> np.ndarray | None:
 def _squeeze_channel(x: Any, spacing: Any = None) -> Any:
     """Drop a leading singleton channel: ``(1, *spatial) -> (*spatial)`` for 2D/3D maps.
 
-    Not when ``spacing`` (the case's) holds one value per axis of ``x``: ``x`` is then a 3-D case of one slice, whose
-    first axis is spatial (earlier versions read such a case as 2-D and refused its three spacing
-    values).
+    Not when ``spacing`` (the case's) holds three values and ``x`` has three axes: ``x`` is then a 3-D case of one
+    slice, whose first axis is spatial (earlier versions read such a case as 2-D and refused its three spacing
+    values). Four values do not make a 4-D case of ``(1, *spatial)``: the maps are 2-D or 3-D.
     """
-    if x.ndim in (3, 4) and x.shape[0] == 1 and not (np.ndim(spacing) == 1 and len(spacing) == x.ndim):
+    if x.ndim in (3, 4) and x.shape[0] == 1 and not (np.ndim(spacing) == 1 and len(spacing) == x.ndim == 3):
         return x[0]
     return x
 
@@ -947,7 +943,10 @@ def compare_uncertainty_maps(
         pred: predicted label maps of the same cases (batch or list), shared by both sets of maps (formerly
             ``preds``).
         target: reference label maps of the same cases (formerly ``targets``).
-        spacing: voxel size in mm per axis for all cases, or one entry per case.
+        spacing: voxel size in mm: one number (isotropic) or one number per spatial axis (a flat sequence, e.g.
+            ``(1.0, 1.0, 2.5)``), for every case; or one row per case, ``(n_cases, ndim)`` (e.g.
+            ``[(s, s, s) for s in sizes]``). A flat sequence is always one value per axis, also when its length
+            equals the number of cases: a spacing per case is given as rows, never as one number per case.
         alpha: significance level for :meth:`UncertaintyComparison.significantly_better`.
         exact: exact binomial McNemar test (default) or the chi-square approximation.
 
@@ -958,8 +957,9 @@ def compare_uncertainty_maps(
     Raises:
         TypeError: ``metric_fns`` is one string (give a list), ``higher_is_better`` is not None, a bool or a
             mapping, one of its directions is not a bool, or ``exact`` is not a bool.
-        ValueError: unknown metric names, a custom metric without a direction, cases that do not match, or ``alpha``
-            not in (0, 1).
+        ValueError: unknown metric names, a custom metric without a direction, cases that do not match, ``alpha``
+            not in (0, 1), or a ``spacing`` whose number of rows is not the number of cases, or whose values per
+            axis are not one per spatial axis of a case (one number per case, for instance).
 
     Example:
         >>> import torch
@@ -1038,6 +1038,15 @@ def compare_uncertainty_maps(
         sp = tuple(sp_arr[i]) if per_case_spacing else spacing
         ua, ub = _squeeze_channel(a_list[i], sp), _squeeze_channel(b_list[i], sp)
         p, t = _squeeze_channel(p_list[i], sp), _squeeze_channel(t_list[i], sp)
+        if np.ndim(sp) == 1 and len(sp) not in {x.ndim for x in (ua, ub, p, t)}:
+            # found by review: one number per case was refused for 2 cases, failed on the maps' shapes for 4 and
+            # was read as the spacing (1, 2, 3) of every case for 3 cases of 3-D maps: a flat spacing is per axis
+            what = f"spacing row {i} has" if per_case_spacing else "spacing has"
+            raise ValueError(
+                f"{what} {len(sp)} values but case {i} has {p.ndim} spatial axes: give one number, one number per "
+                f"spatial axis for every case, or one row per case ((n_cases, {p.ndim}), e.g. [(s,) * {p.ndim} for s "
+                "in sizes] for isotropic voxels of each case's size s)"
+            )
         if tuple(ua.shape) != tuple(ub.shape) or tuple(ua.shape) != tuple(p.shape) or tuple(p.shape) != tuple(t.shape):
             raise ValueError(
                 f"case {i}: maps and labels must share one spatial shape, got {tuple(ua.shape)}, {tuple(ub.shape)}, "

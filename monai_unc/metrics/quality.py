@@ -94,6 +94,7 @@ from .._utils import (
     ArrayLike,
     argmax,
     check_bool,
+    check_case_labels,
     check_labels,
     check_probabilities,
     like_input,
@@ -1114,14 +1115,17 @@ def conformal_quantile(estimates: ArrayLike, truths: ArrayLike, alpha: float = C
 
     Args:
         estimates: ``(n,)`` label-free estimates of the calibration cases (e.g. :func:`expected_dice`).
-        truths: ``(n,)`` their real values (e.g. the Dice against the labels).
+        truths: ``(n,)`` their real values (e.g. the Dice against the labels), of the same cases in the same order
+            (paired by position: when both are pandas ``Series`` their indexes must agree, which is checked, not used
+            to align).
         alpha: the miscoverage, in (0, 1).
 
     Returns:
         ``(q, n)``: the quantile (``inf`` with too few pairs) and the number of pairs used.
 
     Raises:
-        ValueError: ``alpha`` outside (0, 1), the arrays differ in length, or hold an infinite value.
+        ValueError: ``alpha`` outside (0, 1), the arrays differ in length, or hold an infinite value, or both are
+            pandas ``Series`` with different indexes (other cases, or another order: align them first).
         TypeError: the arrays hold complex values or text.
 
     Example:
@@ -1154,6 +1158,8 @@ def conformal_quantile_core(estimates: ArrayLike, truths: ArrayLike, alpha: floa
     """
     few_warning = check_bool(few_warning, "few_warning")
     a = _check_alpha(alpha)
+    # a Series' case ids would be ignored: a truths Series sorted otherwise paired the residuals of other cases
+    check_case_labels([("estimates", estimates), ("truths", truths)])
     e = _real_values(estimates, "estimates").reshape(-1)
     t = _real_values(truths, "truths").reshape(-1)
     if e.shape != t.shape:
@@ -1197,7 +1203,8 @@ def conformal_interval(
     Args:
         estimate: the new cases' estimates (a number or an array).
         calibration_estimates: ``(n,)`` the calibration cases' estimates, computed as for the new cases.
-        calibration_truths: ``(n,)`` their real values.
+        calibration_truths: ``(n,)`` their real values, of the same cases in the same order (paired by position: when
+            both are pandas ``Series`` their indexes must agree, which is checked, not used to align).
         alpha: the miscoverage, in (0, 1) (default 0.1: a 90 % interval).
         bounds: the range of the truth ``(lower, upper)``.
 
@@ -1205,8 +1212,9 @@ def conformal_interval(
         :class:`ConformalInterval` (``low`` / ``high`` float64 arrays of the shape of ``estimate``).
 
     Raises:
-        ValueError: as :func:`conformal_quantile`; ``bounds`` not two finite numbers ``lower < upper``; an infinite
-            ``estimate``; a calibration truth outside ``bounds`` (e.g. a Dice in percent with the default bounds,
+        ValueError: as :func:`conformal_quantile` (the calibration arrays as pandas ``Series`` with different
+            indexes included); ``bounds`` not two finite numbers ``lower < upper``; an infinite ``estimate``; a
+            calibration truth outside ``bounds`` (e.g. a Dice in percent with the default bounds,
             which collapsed the interval onto the bound 1).
         TypeError: complex values or text in ``estimate`` or the calibration arrays.
 
@@ -1264,6 +1272,7 @@ def conformal_interval_core(
     few_warning = check_bool(few_warning, "few_warning")
     nan_warning = check_bool(nan_warning, "nan_warning")
     lo, hi = _check_bounds(bounds)
+    check_case_labels([("calibration_estimates", calibration_estimates), ("calibration_truths", calibration_truths)])
     t = _real_values(calibration_truths, "calibration_truths")
     _real_values(calibration_estimates, "calibration_estimates")  # named here, not as conformal_quantile's "estimates"
     outside = np.isfinite(t) & ((t < lo) | (t > hi))  # NaN (undefined) is neither; inf: conformal_quantile

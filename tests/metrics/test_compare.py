@@ -200,3 +200,94 @@ def test_registry_and_uce_fallback():
             assert "UCE" not in uncertainty_map_metrics()
     else:
         assert "UCE" in uncertainty_map_metrics()
+
+
+# ------------------------------------------------------------------------------------------------ bad or empty input
+
+
+def test_mcnemar_refuses_series_that_label_other_cases_or_another_order():
+    """Two pandas ``Series`` indexed by case id are paired by position; when their indexes differ (a table sorted
+    otherwise) the test paired case ``c00`` of x with another case of y: refused, as :func:`compare_metric_values`
+    does."""
+    pd = pytest.importorskip("pandas")
+    ids = [f"c{i:02d}" for i in range(12)]
+    x = pd.Series([1] * 9 + [0] * 3, index=ids)
+    y = pd.Series([0] * 9 + [1] * 3, index=ids)
+    expected = mcnemar_test(x.to_numpy(), y.to_numpy())  # b = 9, c = 3
+    assert mcnemar_test(x, y) == expected  # one index: paired by position, as the numbers
+    assert mcnemar_test(x, y.to_numpy()) == expected  # only one labelled: nothing to check it against
+    with pytest.raises(ValueError, match=r"^y and x label different cases or list them in another order"):
+        mcnemar_test(x, y.sort_values(ascending=False, kind="stable"))
+    with pytest.raises(ValueError, match="row numbers"):  # rows of one long table: row numbers, not case ids
+        mcnemar_test(x.reset_index(drop=True), y.reset_index(drop=True).iloc[::-1])
+
+
+def test_mcnemar_of_no_case_is_undefined_and_of_no_sample_refused():
+    """No case is no evidence either way: NaN with a warning (as Cochran's Q and the comparison say it), not p = 1
+    ("no difference"); a 0-d value is no ``(n,)`` sample of outcomes."""
+    for exact in (True, False):
+        with pytest.warns(UserWarning, match="mcnemar_test: no case"):
+            assert math.isnan(mcnemar_test([], [], exact=exact))
+    with pytest.raises(ValueError, match=r"^x must be \(n,\) 0/1 outcomes"):
+        mcnemar_test(1, 0)
+    with pytest.raises(ValueError, match=r"^y must be \(n,\) 0/1 outcomes"):
+        mcnemar_test([1, 0], [[1, 0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # cases without a discordant pair: no warning, p = 1 as before
+        assert mcnemar_test([1, 0, 1], [1, 0, 1]) == 1.0
+
+
+def test_cohens_d_refuses_text_and_names_the_sample():
+    """Text was parsed (``["1.0", "2.0", "3.0"]`` against ``[0, 1, 2]`` gave d = 1); :func:`compare_metric_values`
+    refuses the same data."""
+    with pytest.raises(TypeError, match=r"^a must hold real numbers"):
+        cohens_d(["1.0", "2.0", "3.0"], [0.0, 1.0, 2.0])
+    with pytest.raises(TypeError, match=r"^b must hold real numbers"):
+        cohens_d([1.0, 2.0, 3.0], np.array(["0", "1", "2"]))
+    with pytest.raises(TypeError, match=r"^b must hold real numbers"):
+        cohens_d([1.0, 2.0, 3.0], [0.0, "1", 2.0])
+    with pytest.raises(ValueError, match="non-finite"):  # None in a list reads as NaN, as before
+        cohens_d([1.0, None, 3.0], [0.0, 1.0, 2.0])
+
+
+@pytest.mark.parametrize("p_values", [[False, False], np.array([True, False]), [0.01, True]])
+def test_holm_refuses_flags_for_p_values(p_values):
+    """``holm_correction([False, False])`` was ``[0, 0]``: every test "significant"."""
+    with pytest.raises(TypeError, match=r"^p_values must hold p-values"):
+        holm_correction(p_values)
+
+
+def _cubes(n_cases: int) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(0)
+    t = np.zeros((n_cases, 10, 10, 10), int)
+    t[:, 3:7, 3:7, 3:7] = 1
+    p = t.copy()
+    p[:, 3:7, 7, 3:7] = 1
+    e = p != t
+    a = (0.4 * e + 0.6 * rng.random(e.shape))[:, None]
+    b = (0.2 * e + 0.8 * rng.random(e.shape))[:, None]
+    return a, b, p, t
+
+
+def test_compare_uncertainty_maps_spacing_per_case_is_one_row_per_case():
+    """A flat spacing is one value per spatial axis for every case, whatever the number of cases; a spacing per case
+    is one row per case. One number per case was refused for 2 or 4 cases (for 4 naming the shapes, not ``spacing``)
+    and, for exactly 3 cases of 3-D maps, silently read as the anisotropic spacing (1, 2, 3) of every case."""
+    a, b, p, t = _cubes(3)
+
+    def one(i, sp):
+        return compare_uncertainty_maps(["BA-ECE"], a[i:i + 1], b[i:i + 1], pred=p[i:i + 1], target=t[i:i + 1],
+                                        spacing=sp).metrics["BA-ECE"].values_a[0]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # one case: Cohen's d and Cochran's Q are undefined
+        rows = compare_uncertainty_maps(["BA-ECE"], a, b, pred=p, target=t, spacing=[(s,) * 3 for s in (1.0, 2.0, 3.0)])
+        np.testing.assert_allclose(rows.metrics["BA-ECE"].values_a, [one(i, (s,) * 3) for i, s in enumerate((1, 2, 3))],
+                                   rtol=0, atol=1e-15)
+        flat = compare_uncertainty_maps(["BA-ECE"], a, b, pred=p, target=t, spacing=[1.0, 2.0, 3.0])
+        np.testing.assert_allclose(flat.metrics["BA-ECE"].values_a, [one(i, (1.0, 2.0, 3.0)) for i in range(3)],
+                                   rtol=0, atol=1e-15)
+    for n in (2, 4):
+        a, b, p, t = _cubes(n)
+        with pytest.raises(ValueError, match=rf"^spacing has {n} values .* one row per case"):
+            compare_uncertainty_maps(["BA-ECE"], a, b, pred=p, target=t, spacing=[1.0, 2.0, 3.0, 4.0][:n])

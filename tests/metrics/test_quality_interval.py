@@ -149,3 +149,25 @@ def test_complex_values_or_text_are_refused_naming_the_argument(call, name):
     with pytest.raises(TypeError, match=rf"^{name} must hold real numbers"):
         call()
     assert conformal_quantile([0.9, None, 0.8], [0.85, 0.7, None], alpha=0.5) == (pytest.approx(0.05), 1)
+
+
+def test_calibration_series_that_label_other_cases_or_another_order_are_refused():
+    """Calibration estimates and truths as pandas ``Series`` indexed by case id, the truths read from a table sorted
+    otherwise, were paired by position: the residuals of other cases (q 0.32 instead of 0.03). Refused, as
+    :func:`monai_unc.metrics.compare_metric_values` refuses such ``Series``; one index pairs them as the numbers."""
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    ids = [f"case{i:03d}" for i in range(200)]
+    est = pd.Series(rng.uniform(0.5, 0.95, 200), index=ids)
+    dice = pd.Series(np.clip(est.to_numpy() + rng.normal(0, 0.02, 200), 0, 1), index=ids)
+    q = conformal_quantile(est.to_numpy(), dice.to_numpy())
+    assert conformal_quantile(est, dice) == q
+    assert conformal_quantile(est, dice.to_numpy()) == q  # only one labelled: nothing to check it against
+    assert conformal_interval([0.8], est, dice).quantile == q[0]
+    other = dice.sort_values()
+    with pytest.raises(ValueError, match=r"^truths and estimates label different cases or list them in another order"):
+        conformal_quantile(est, other)
+    with pytest.raises(ValueError, match=r"^calibration_truths and calibration_estimates label different cases"):
+        conformal_interval([0.8], est, other)
+    with pytest.raises(ValueError, match="label different cases"):  # a case left out of one table
+        conformal_quantile(est.iloc[1:], dice.iloc[:-1])
