@@ -204,11 +204,17 @@ def save_trained_network(net: torch.nn.Module, record: dict[str, Any], path: str
         TypeError: ``record`` holds a value JSON cannot write (nothing is written then).
     """
     path = check_trained_network_path(path, "path")
+    state = net.state_dict()
+    bad = [k for k, v in state.items() if isinstance(v, torch.Tensor) and (v.is_floating_point() or v.is_complex())
+           and not bool(torch.isfinite(v).all())]
+    if bad:  # a diverged training: weights that predict NaN everywhere, saved with a record of its settings
+        raise ValueError(f"net has non-finite values in {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}: the "
+                         "training diverged; nothing is written")
     try:  # before the weights: a record that cannot be written left a .pt without its .json (found by hostile testing)
         json.dumps(record)
     except (TypeError, ValueError) as err:
         raise TypeError(f"record must hold JSON values (it is written beside the weights): {err}") from None
-    atomic_torch_save(path, net.state_dict())
+    atomic_torch_save(path, state)
     record = {**record, "weights_sha256": file_sha256(path)}
     atomic_write_text(path.with_suffix(".json"), json.dumps(record, indent=2) + "\n")
     return path
