@@ -481,7 +481,7 @@ class _CalibratedTrainer:
         kind = CALIBRATION_KINDS[self.calibration]
         if kind == "replace_ce" and weight != 1.0:  # in earlier versions ignored: the default loss, silently
             raise ValueError(
-                f"{name}.calibration_weight = {getattr(self, 'calibration_weight')!r} does not apply to {name}: its "
+                f"{name}.calibration_weight = {weight:g} does not apply to {name}: its "
                 f"{self.calibration.upper()} term replaces nnU-Net's cross-entropy (with the cross-entropy's weight) "
                 "instead of being added to Dice + CE; leave calibration_weight at 1"
             )
