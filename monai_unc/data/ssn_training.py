@@ -291,8 +291,8 @@ def train_ssn(
     """Train an SSN on ``n_cases`` toy cases with ``n_raters`` raters (module docstring); 2D or 3D ``shape``.
 
     Args:
-        out_path: if given, the state dict is saved there and the training record beside it (``.json``),
-            atomically (temporary name, then rename).
+        out_path: if given, the state dict is saved there and the training record beside it (``<out_path>.json``,
+            e.g. ``ssn.pt.json``), atomically (temporary name, then rename).
         n_cases: toy cases (:func:`monai_unc.data.make_toy_dataset`).
         shape: the spatial shape of a case, 2D or 3D.
         n_raters: raters per case; each training sample pairs the image with one rater drawn at random.
@@ -320,7 +320,7 @@ def train_ssn(
             ``n_raters`` not a positive integer, ``mean_only_iterations`` not an integer in ``[0, iterations)``,
             ``lr`` not positive and finite, ``noise_std`` not a number >= 0 that is finite in float32, ``shape`` not
             2 or 3 integers >= 8 or an axis not a multiple of the product of the network's strides, ``seed`` outside
-            ``[0, 2**64)``, ``out_path`` ending in ``.json`` (the record's name) or not writable, a setting of
+            ``[0, 2**64)``, ``out_path`` ending in ``.json`` (a record's name) or not writable, a setting of
             ``network`` out of range or unknown (naming it, e.g. ``network['dropout']``; see
             :func:`build_ssn_network`). During training: a loss that is not finite (the network diverged; nothing is
             saved).

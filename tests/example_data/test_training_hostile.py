@@ -74,7 +74,8 @@ def test_train_ssn_refuses_bad_noise_and_warm_up_at_once(kwargs, match):
 def test_trainers_refuse_a_weights_path_the_record_would_overwrite(tmp_path, monkeypatch, train, name):
     """Found by hostile testing: ``train_ssn("model.json")`` saved the weights to ``model.json`` and then the training
     record to ``model.json`` too (``path.with_suffix(".json")``): the weights were lost, the record kept the digest of a
-    file that no longer existed. Now refused before any data is made or any step is taken."""
+    file that no longer existed. Now refused before any data is made or any step is taken; records are now named
+    ``<weights>.json`` (``model.pt.json``), and a ``.json`` path would still be another file's record name."""
     from monai_unc.data import ssn_training, training
 
     def no_data(*args, **kwargs):
@@ -139,7 +140,7 @@ def test_train_ssn_takes_numpy_settings_and_records_plain_json(tmp_path):
         seed=np.int64(3), progress=False,
         network={"channels": (4, np.int64(8)), "strides": (2,), "feature_channels": 4, "rank": np.int64(2)},
     )
-    saved = json.loads((tmp_path / "m.json").read_text())
+    saved = json.loads((tmp_path / "m.pt.json").read_text())
     assert saved["num_mc_samples"] == 2 and saved["noise_std"] == pytest.approx(0.05) and saved["seed"] == 3
     assert saved["network"]["channels"] == [4, 8] and saved["network"]["rank"] == 2
     assert record["network"] == saved["network"] and net.head.rank == 2
@@ -175,10 +176,10 @@ def test_train_tissue_model_takes_numpy_settings_and_writes_the_record(tmp_path)
 
     net, record = train_tissue_model(tmp_path / "m.pt", iterations=np.int64(1), batch_size=np.int32(1),
                                      lr=np.float32(1e-3), seed=np.int64(2), progress=False)
-    saved = json.loads((tmp_path / "m.json").read_text())
+    saved = json.loads((tmp_path / "m.pt.json").read_text())
     assert saved["iterations"] == 1 and saved["batch_size"] == 1 and saved["seed"] == 2
     assert saved["lr"] == pytest.approx(1e-3) and type(record["lr"]) is float and type(record["seed"]) is int
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "m.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt", "m.pt.json"]
 
 
 def test_save_trained_network_writes_nothing_for_a_record_json_cannot_write(tmp_path):

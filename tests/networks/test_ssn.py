@@ -635,7 +635,7 @@ def test_training_on_the_toy_set_gives_boundary_concentrated_aleatoric_maps(tmp_
     # the saved weights and record rebuild the same network
     import json
 
-    rec = json.loads((tmp_path / "ssn.json").read_text())
+    rec = json.loads((tmp_path / "ssn.pt.json").read_text())
     rebuilt = build_ssn_network(**rec["network"])
     rebuilt.load_state_dict(torch.load(tmp_path / "ssn.pt", weights_only=True))
     torch.testing.assert_close(rebuilt.eval()(x), net(x))
