@@ -64,7 +64,7 @@ sys.path.insert(0, str(HERE))
 
 import _mni152 as M  # noqa: E402
 
-from monai_unc.data.model import build_example_network  # noqa: E402
+from monai_unc.data.model import build_example_network, example_weights_record  # noqa: E402
 from monai_unc.data.training import train_tissue_model  # noqa: E402
 from monai_unc.inferers import EnsembleInferer, MCDropoutInferer, SoftmaxInferer, add_dropout, remove_dropout  # noqa: E402
 from monai_unc.io import atomic_write_text  # noqa: E402
@@ -133,10 +133,11 @@ def ensemble_members(net0: torch.nn.Module, iterations: int, members_dir: Path |
     members, records = [net0], {}
     for seed in MEMBER_SEEDS:
         path = members_dir / f"member_seed{seed}_it{iterations}.pt" if members_dir else None
-        if path is not None and path.is_file() and path.with_suffix(".json").is_file():
+        # the record of the weights (<weights>.json, or the name of earlier versions), checked against their digest
+        record = example_weights_record(path) if path is not None and path.is_file() else {}
+        if record:
             net = build_example_network(dropout=0.0)
             net.load_state_dict(torch.load(path, weights_only=True))
-            record = M.read_json(path.with_suffix(".json"))
             if record.get("iterations") != iterations or record.get("seed") != seed:
                 raise ValueError(f"{path} was trained with other settings")
         else:

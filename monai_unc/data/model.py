@@ -2,7 +2,12 @@
 
 Weights live in ``monai_unc/data/weights/mni152_tissue_unet.pt`` (a plain state dict, loaded with
 ``torch.load(weights_only=True)``), with the training record (protocol, seed, held-out Dice) beside it in
-``mni152_tissue_unet.json``. ``scripts/train_example.py`` reproduces them.
+``mni152_tissue_unet.pt.json``. ``scripts/train_example.py`` reproduces them.
+
+A training record is named after its file of weights with ``.json`` appended (``model.pt`` -> ``model.pt.json``):
+one record per file of weights. In earlier versions it was the weights' name with its suffix replaced by ``.json``,
+which ``model.pt`` and ``model.pth``, or ``ssn_lr0.001`` and ``ssn_lr0.01``, shared; such a record is still read when
+the weights have none of their own and it records their digest.
 """
 
 from __future__ import annotations
@@ -88,7 +93,7 @@ def load_example_model(dropout: float | None = None, device: str | torch.device 
         device: where to put the network.
 
     Returns:
-        ``(network, record)``: the ``UNet`` in eval mode, and the training record of ``mni152_tissue_unet.json``
+        ``(network, record)``: the ``UNet`` in eval mode, and the training record of ``mni152_tissue_unet.pt.json``
         (protocol, seed, held-out Dice, ...; ``{}`` when the file is missing).
 
     Raises:
@@ -107,18 +112,26 @@ def load_example_model(dropout: float | None = None, device: str | torch.device 
     return net.to(device).eval(), meta
 
 
+def _record_path(path: Path) -> Path:
+    """The training record of the weights ``path``: its name with ``.json`` appended (one record per file)."""
+    return path.with_name(path.name + ".json")
+
+
 def example_weights_record(path: str | os.PathLike | None = None) -> dict:
     """The training record of the example weights, checked against the weights' sha256 digest.
 
-    The record (``<weights>.json``: protocol, seed, held-out Dice, ``weights_sha256``) describes one file of
-    weights; weights replaced after training (another run, a download, a corrupted copy) would be reported with
-    the record's numbers, so a record with a digest that the file does not have is refused.
+    The record (``<weights>.json``, e.g. ``model.pt.json``: protocol, seed, held-out Dice, ``weights_sha256``)
+    describes one file of weights; weights replaced after training (another run, a download, a corrupted copy)
+    would be reported with the record's numbers, so a record with a digest that the file does not have is refused.
+    A record of earlier versions, named with the weights' suffix replaced (``model.json``, a name that ``model.pt``
+    and ``model.pth`` shared), is read when the weights have no ``<weights>.json`` and it records a digest: a record
+    there that records none may be another file's and is not taken.
 
     Args:
         path: the weights (``.pt``); None: the shipped ones (:func:`example_weights_path`).
 
     Returns:
-        The record (``{}`` when the ``.json`` is missing; not checked when it records no digest).
+        The record (``{}`` when there is none; not checked when it records no digest).
 
     Raises:
         FileNotFoundError: the weights are missing (run ``python scripts/train_example.py``).
@@ -132,9 +145,11 @@ def example_weights_record(path: str | os.PathLike | None = None) -> dict:
     path = example_weights_path() if path is None else Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"example weights not found at {path}; run `python scripts/train_example.py`")
-    meta_path = path.with_suffix(".json")
+    meta_path, legacy = _record_path(path), False
     if not meta_path.is_file():
-        return {}
+        meta_path, legacy = path.with_suffix(".json"), True
+        if meta_path == path or not meta_path.is_file():
+            return {}
     try:
         meta = json.loads(meta_path.read_text())
     except ValueError as e:
@@ -142,8 +157,12 @@ def example_weights_record(path: str | os.PathLike | None = None) -> dict:
     if not isinstance(meta, dict):
         raise ValueError(f"{meta_path}: the training record must be a JSON object, got {type(meta).__name__}")
     expected = meta.get("weights_sha256")
+    if expected is None and legacy:  # a name other weights may share: nothing says whose record it is
+        return {}
     if expected is not None and file_sha256(path) != expected:
-        raise ValueError(f"{path} is not the network its training record {meta_path.name} describes (sha256 "
+        shared = (f" (a record of earlier versions, a name that other weights such as {path.stem}.* shared)"
+                  if legacy else "")
+        raise ValueError(f"{path} is not the network its training record {meta_path.name}{shared} describes (sha256 "
                          f"{file_sha256(path)[:12]}..., recorded {str(expected)[:12]}...): restore the weights or "
                          "train them again with `python scripts/train_example.py`")
     return meta
@@ -152,10 +171,12 @@ def example_weights_record(path: str | os.PathLike | None = None) -> dict:
 def check_trained_network_path(path: str | os.PathLike, name: str = "out_path") -> Path:
     """Check, before training, where :func:`save_trained_network` will write the weights and their record.
 
-    The record goes beside the state dict with the suffix ``.json``: a ``path`` ending in ``.json`` is refused,
-    since the record would overwrite the weights (found by hostile testing: ``train_ssn("model.json")`` left the
-    record alone, with the digest of weights that no longer existed). Both files must be writable
-    (:func:`monai_unc.io.check_output_file`).
+    The record goes beside the state dict, named after it with ``.json`` appended (``model.pt`` ->
+    ``model.pt.json``; in earlier versions the suffix was replaced, and ``ssn_lr0.001`` / ``ssn_lr0.01`` or
+    ``model.pt`` / ``model.pth`` shared one record). A ``path`` ending in ``.json`` is refused: it is the name of
+    another file's record (``model.json`` is the record of ``model``, and of ``model.pt`` in earlier versions) and
+    would overwrite it or be taken for it (found by hostile testing: ``train_ssn("model.json")`` once overwrote the
+    weights with the record). Both files must be writable (:func:`monai_unc.io.check_output_file`).
 
     Args:
         path: where the state dict goes.
@@ -172,43 +193,61 @@ def check_trained_network_path(path: str | os.PathLike, name: str = "out_path") 
         >>> check_trained_network_path("model.json")
         Traceback (most recent call last):
             ...
-        ValueError: out_path model.json ends in .json: the training record ... give a name such as model.pt
+        ValueError: out_path model.json ends in .json: ... give a name such as model.pt
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{name} must be a file path, got {type(path).__name__}")
     path = Path(path)
     if path.suffix.lower() == ".json":
-        raise ValueError(f"{name} {path} ends in .json: the training record is written beside the weights with the "
-                         f"suffix .json and would overwrite them; give a name such as {path.with_suffix('.pt').name}")
+        raise ValueError(f"{name} {path} ends in .json: the name of training records (<weights>.json); the weights "
+                         f"would overwrite the record of {path.with_suffix('').name} or be taken for one; give a name "
+                         f"such as {path.with_suffix('.pt').name}")
     check_output_file(path, what=name)
-    check_output_file(path.with_suffix(".json"), what=f"the training record of {name}")
+    check_output_file(_record_path(path), what=f"the training record of {name}")
     return path
 
 
 def save_trained_network(net: torch.nn.Module, record: dict[str, Any], path: str | os.PathLike) -> Path:
-    """Save a trained network's state dict to ``path`` and its training record beside it (``.json``), atomically.
+    """Save a trained network's state dict to ``path`` and its training record beside it, atomically.
 
-    The record is written as indented JSON with a final newline, the file :func:`load_example_model` reads back, with
-    the state dict's sha256 digest added as ``weights_sha256`` (:func:`example_weights_record` checks it).
+    The record goes to ``path`` with ``.json`` appended (``model.pt`` -> ``model.pt.json``: one record per file of
+    weights), as indented JSON with a final newline, the file :func:`example_weights_record` reads back, with the
+    state dict's sha256 digest added as ``weights_sha256`` (:func:`example_weights_record` checks it).
 
     Args:
         net: the trained network.
         record: the training record (JSON-serialisable).
-        path: where the state dict goes (``.pt``); the record goes to ``path`` with the suffix ``.json``.
+        path: where the state dict goes (``.pt``); the record goes to ``<path>.json``.
 
     Returns:
         The path of the state dict.
 
     Raises:
-        ValueError: as :func:`check_trained_network_path` (a ``.json`` path would be overwritten by the record).
+        ValueError: as :func:`check_trained_network_path` (a ``.json`` path is refused); the network has a
+            non-finite weight or buffer (a diverged training; nothing is written then).
         TypeError: ``record`` holds a value JSON cannot write (nothing is written then).
+
+    Example:
+        >>> import tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> save_trained_network(torch.nn.Linear(2, 2), {"seed": 0}, folder / "net.pt").name
+        'net.pt'
+        >>> sorted(p.name for p in folder.iterdir())
+        ['net.pt', 'net.pt.json']
+        >>> import shutil; shutil.rmtree(folder)
     """
     path = check_trained_network_path(path, "path")
+    state = net.state_dict()
+    bad = [k for k, v in state.items() if isinstance(v, torch.Tensor) and (v.is_floating_point() or v.is_complex())
+           and not bool(torch.isfinite(v).all())]
+    if bad:  # a diverged training: weights that predict NaN everywhere, saved with a record of its settings
+        raise ValueError(f"net has non-finite values in {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}: the "
+                         "training diverged; nothing is written")
     try:  # before the weights: a record that cannot be written left a .pt without its .json (found by hostile testing)
         json.dumps(record)
     except (TypeError, ValueError) as err:
         raise TypeError(f"record must hold JSON values (it is written beside the weights): {err}") from None
-    atomic_torch_save(path, net.state_dict())
+    atomic_torch_save(path, state)
     record = {**record, "weights_sha256": file_sha256(path)}
-    atomic_write_text(path.with_suffix(".json"), json.dumps(record, indent=2) + "\n")
+    atomic_write_text(_record_path(path), json.dumps(record, indent=2) + "\n")
     return path

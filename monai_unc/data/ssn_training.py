@@ -19,7 +19,9 @@ stable), then the SSN loss with ``num_mc_samples`` draws.
 
 from __future__ import annotations
 
+import inspect
 import json
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -30,12 +32,15 @@ import torch
 import torch.nn.functional as F
 from monai.networks.nets import UNet
 
-from .._utils import check_bool, check_integer, check_nonnegative, check_seed, is_finite_real, is_int
+from .._utils import check_bool, check_integer, check_nonnegative, check_seed, is_finite_real, is_int, is_real
 from ..networks import IntensityMask, SSNHead, SSNLoss, SSNNetwork
 from .model import check_trained_network_path, save_trained_network
 from .synthetic import make_toy_dataset
 
 __all__ = ["SSN_TOY_NETWORK", "build_ssn_network", "train_ssn"]
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_FLOAT32_TINY = float(np.finfo(np.float32).smallest_subnormal)
 
 #: default architecture of :func:`build_ssn_network` for the 3D toy set (keyword arguments)
 SSN_TOY_NETWORK: dict[str, Any] = {
@@ -52,6 +57,116 @@ SSN_TOY_NETWORK: dict[str, Any] = {
     "init_variance": 1e-3,
     "mask": {"threshold": 0.03, "smooth": 5, "dilate": 5, "channel": 0},
 }
+
+
+def _field(name: str | None, key: str) -> str:
+    """How a setting of the network definition is named in messages: ``network['dropout']`` or ``dropout``."""
+    return f"{name}[{key!r}]" if name else key
+
+
+def _check_int(value: Any, what: str, minimum: int) -> int:
+    if not is_int(value):
+        raise TypeError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _check_ints(value: Any, what: str) -> tuple[int, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise TypeError(f"{what} must be a sequence of positive integers, got {value!r}")
+    return tuple(_check_int(v, f"{what}[{i}]", 1) for i, v in enumerate(value))
+
+
+def _check_ssn_network(network: dict[str, Any], name: str | None = "network") -> dict[str, Any]:
+    """Check every setting of an SSN network definition (:func:`build_ssn_network`'s keyword arguments).
+
+    The definition comes from callers and from training records (``network`` / ``network_def`` of a ``.json`` that
+    :func:`train_ssn` wrote, which ``monai-unc infer --network`` builds), so nothing is taken on trust: in earlier
+    versions ``dropout=True`` built a UNet whose dropout layers zeroed every input (``p = 1.0``) and
+    ``num_res_units=-1`` was accepted.
+
+    Args:
+        network: the settings (a subset of :data:`SSN_TOY_NETWORK`'s keys).
+        name: how the definition is named in messages (``network['dropout']``); None: the bare setting's name.
+
+    Returns:
+        The settings with Python values (tuples for ``channels`` / ``strides``).
+
+    Raises:
+        TypeError: naming the setting: a value of the wrong type (a bool, a string or a float where an integer is
+            expected, a bool or a string where a number is expected), ``network`` or ``mask`` not a dict.
+        ValueError: naming the setting: an unknown setting, a value out of range (``spatial_dims`` not 2 or 3,
+            ``in_channels`` / ``feature_channels`` / ``rank`` < 1, ``num_classes`` < 2, ``num_res_units`` < 0,
+            ``dropout`` outside ``[0, 1)``, ``epsilon`` not positive and finite in float32, ``init_variance`` not
+            positive and finite), ``channels`` with fewer than two levels or ``strides`` not one per level transition,
+            or a ``mask`` that :class:`~monai_unc.networks.IntensityMask` refuses or that reads a missing channel.
+
+    Example:
+        >>> _check_ssn_network({"dropout": True})
+        Traceback (most recent call last):
+            ...
+        TypeError: network['dropout'] must be a number in [0, 1), got True
+        >>> _check_ssn_network({"channels": [4, 8], "strides": [2]})["channels"]
+        (4, 8)
+    """
+    if not isinstance(network, dict):
+        raise TypeError(f"{name or 'network'} must be a dict of build_ssn_network's arguments, got "
+                        f"{type(network).__name__}")
+    unknown = sorted(str(k) for k in network if k not in SSN_TOY_NETWORK)
+    if unknown:
+        raise ValueError(f"{name or 'network'} has unknown settings {unknown}; the settings are "
+                         f"{list(SSN_TOY_NETWORK)}")
+    out = dict(network)
+    for key, minimum in (("spatial_dims", 2), ("in_channels", 1), ("num_classes", 2), ("num_res_units", 0),
+                         ("feature_channels", 1), ("rank", 1)):
+        if key in out:
+            out[key] = _check_int(out[key], _field(name, key), minimum)
+    if out.get("spatial_dims", 2) not in (2, 3):
+        raise ValueError(f"{_field(name, 'spatial_dims')} must be 2 or 3, got {out['spatial_dims']!r}")
+    channels = out["channels"] = _check_ints(out.get("channels", SSN_TOY_NETWORK["channels"]), _field(name, "channels"))
+    strides = out["strides"] = _check_ints(out.get("strides", SSN_TOY_NETWORK["strides"]), _field(name, "strides"))
+    if len(channels) < 2:
+        raise ValueError(f"{_field(name, 'channels')} must have at least 2 levels, got {list(channels)}")
+    if len(strides) != len(channels) - 1:
+        raise ValueError(f"{_field(name, 'strides')} must have one stride per level transition, len(channels) - 1 = "
+                         f"{len(channels) - 1}, got {list(strides)}")
+    if "dropout" in out:
+        dropout = out["dropout"]
+        if not is_real(dropout):
+            raise TypeError(f"{_field(name, 'dropout')} must be a number in [0, 1), got {dropout!r}")
+        if not 0.0 <= dropout < 1.0:  # NaN fails too
+            raise ValueError(f"{_field(name, 'dropout')} must be a number in [0, 1), got {dropout!r}")
+        out["dropout"] = float(dropout)
+    for key in ("epsilon", "init_variance"):
+        if key not in out or (key == "init_variance" and out[key] is None):
+            continue
+        value = out[key]
+        if not is_real(value):
+            raise TypeError(f"{_field(name, key)} must be a positive number, got {value!r}")
+        # float32: the head adds epsilon to float32 variances (1e300 is infinite there, 1e-50 is 0)
+        if not (is_finite_real(value) and _FLOAT32_TINY <= value <= _FLOAT32_MAX):
+            raise ValueError(f"{_field(name, key)} must be a positive number, finite and non-zero in float32, got "
+                             f"{value!r}")
+        out[key] = float(value)
+    mask = out.get("mask")
+    if mask is not None:
+        if not isinstance(mask, dict):
+            raise TypeError(f"{_field(name, 'mask')} must be a dict of IntensityMask's arguments or None, got "
+                            f"{type(mask).__name__}")
+        allowed = list(inspect.signature(IntensityMask).parameters)
+        unknown = sorted(str(k) for k in mask if k not in allowed)
+        if unknown:
+            raise ValueError(f"{_field(name, 'mask')} has unknown settings {unknown}; the settings are {allowed}")
+        try:
+            channel = IntensityMask(**mask).channel
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{_field(name, 'mask')}: {e}") from None
+        in_channels = out.get("in_channels", SSN_TOY_NETWORK["in_channels"])
+        if channel >= in_channels:
+            raise ValueError(f"{_field(name, 'mask')}['channel'] must be below in_channels={in_channels}, got "
+                             f"{channel}")
+    return out
 
 
 def build_ssn_network(
@@ -91,21 +206,38 @@ def build_ssn_network(
     Returns:
         The :class:`SSNNetwork` (in training mode, on the CPU).
 
+    Raises:
+        TypeError: naming the argument: a value of the wrong type (a bool or a float where an integer is expected, a
+            bool or a string where a number is expected, ``mask`` not a dict). The arguments may come from a training
+            record (``network_def``), which is untrusted input.
+        ValueError: naming the argument: a value out of range (``spatial_dims`` not 2 or 3, ``num_classes`` < 2,
+            ``num_res_units`` < 0, ``dropout`` outside ``[0, 1)``, ``epsilon`` not positive and finite in float32,
+            other sizes < 1), ``strides`` not one per pair of ``channels`` levels, a ``mask`` that
+            :class:`IntensityMask` refuses.
+
     Example:
         >>> net = build_ssn_network(spatial_dims=2, channels=(4, 8), strides=(2,), feature_channels=4, rank=2)
         >>> type(net.head).__name__, net.head.rank
         ('SSNHead', 2)
     """
-    backbone = UNet(
-        spatial_dims=spatial_dims,
-        in_channels=in_channels,
-        out_channels=feature_channels,
-        channels=tuple(channels),
-        strides=tuple(strides),
-        num_res_units=num_res_units,
-        dropout=dropout,
+    arch = _check_ssn_network(
+        {"spatial_dims": spatial_dims, "in_channels": in_channels, "num_classes": num_classes, "channels": channels,
+         "strides": strides, "num_res_units": num_res_units, "feature_channels": feature_channels, "rank": rank,
+         "dropout": dropout, "epsilon": epsilon, "init_variance": init_variance, "mask": mask},
+        None,
     )
-    head = SSNHead(feature_channels, num_classes, rank, spatial_dims, epsilon=epsilon, init_variance=init_variance)
+    backbone = UNet(
+        spatial_dims=arch["spatial_dims"],
+        in_channels=arch["in_channels"],
+        out_channels=arch["feature_channels"],
+        channels=arch["channels"],
+        strides=arch["strides"],
+        num_res_units=arch["num_res_units"],
+        dropout=arch["dropout"],
+    )
+    head = SSNHead(arch["feature_channels"], arch["num_classes"], arch["rank"], arch["spatial_dims"],
+                   epsilon=arch["epsilon"], init_variance=arch["init_variance"])
+    mask = arch["mask"]
     return SSNNetwork(backbone, head, mask_fn=IntensityMask(**mask) if mask is not None else None)
 
 
@@ -159,8 +291,8 @@ def train_ssn(
     """Train an SSN on ``n_cases`` toy cases with ``n_raters`` raters (module docstring); 2D or 3D ``shape``.
 
     Args:
-        out_path: if given, the state dict is saved there and the training record beside it (``.json``),
-            atomically (temporary name, then rename).
+        out_path: if given, the state dict is saved there and the training record beside it (``<out_path>.json``,
+            e.g. ``ssn.pt.json``), atomically (temporary name, then rename).
         n_cases: toy cases (:func:`monai_unc.data.make_toy_dataset`).
         shape: the spatial shape of a case, 2D or 3D.
         n_raters: raters per case; each training sample pairs the image with one rater drawn at random.
@@ -186,15 +318,22 @@ def train_ssn(
     Raises:
         ValueError: naming the setting, before any data is made: ``iterations``, ``batch_size``, ``n_cases`` or
             ``n_raters`` not a positive integer, ``mean_only_iterations`` not an integer in ``[0, iterations)``,
-            ``lr`` not positive and finite, ``noise_std`` not a finite number >= 0, ``shape`` not integers, ``seed``
-            outside ``[0, 2**64)``, ``out_path`` ending in ``.json`` (the record's name) or not writable.
-        TypeError: ``seed`` not an integer, ``progress`` not a bool.
+            ``lr`` not positive and finite, ``noise_std`` not a number >= 0 that is finite in float32, ``shape`` not
+            2 or 3 integers >= 8 or an axis not a multiple of the product of the network's strides, ``seed`` outside
+            ``[0, 2**64)``, ``out_path`` ending in ``.json`` (a record's name) or not writable, a setting of
+            ``network`` out of range or unknown (naming it, e.g. ``network['dropout']``; see
+            :func:`build_ssn_network`). During training: a loss that is not finite (the network diverged; nothing is
+            saved).
+        TypeError: ``seed`` not an integer, ``progress`` not a bool, ``network`` not a dict or a setting of it of the
+            wrong type (e.g. ``network['dropout']`` a bool).
     """
     # found by hostile testing: shape (32.9, 32) trained and recorded a (32, 32) task, seed=True trained with seed 1
     # and recorded True, progress="no" showed the bar; numpy integers / floats were refused
     if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or not all(is_int(s) for s in shape):
         raise ValueError(f"shape must be a sequence of integers (2D or 3D), got {shape!r}")
     shape = tuple(int(s) for s in shape)
+    if len(shape) not in (2, 3) or min(shape) < 8:  # make_toy_dataset's check, before the network's checks
+        raise ValueError(f"shape must be 2D or 3D with every axis >= 8 voxels, got {shape}")
     # n_raters too: found by hostile testing, n_raters=True trained with one rater and recorded "True raters"
     for name, value in (("iterations", iterations), ("batch_size", batch_size), ("n_cases", n_cases),
                         ("n_raters", n_raters)):
@@ -216,9 +355,17 @@ def train_ssn(
     # infinite one trained on infinite images to NaN losses
     # found by hostile testing: numpy scalars trained and then failed to save the record (not JSON serialisable)
     noise_std = check_nonnegative(noise_std, "noise_std", wrong_type=ValueError)
+    # the images are float32: a finite noise_std such as 1e300 is infinite there (in earlier versions it trained to
+    # NaN weights, which were saved)
+    if noise_std > _FLOAT32_MAX:
+        raise ValueError(f"noise_std must be finite in float32 (the images' dtype, at most {_FLOAT32_MAX:g}"
+                         f"), got {noise_std!r}")
     num_mc_samples = check_integer(num_mc_samples, "num_mc_samples")
     if out_path is not None:  # before training: a .json path would be overwritten by the record
         out_path = check_trained_network_path(out_path)
+    if network is not None and not isinstance(network, dict):
+        raise TypeError(f"network must be a dict of build_ssn_network's arguments or None, got "
+                        f"{type(network).__name__}")
     arch = dict(SSN_TOY_NETWORK)
     arch.update(network or {})
     arch["spatial_dims"] = len(shape)
@@ -227,6 +374,13 @@ def train_ssn(
         json.dumps(arch, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise ValueError(f"network must hold JSON values (it is recorded with the weights): {e}") from None
+    # found by review: dropout=True trained a UNet whose dropout layers zeroed every input, num_res_units=-1 was taken
+    arch = _plain(_check_ssn_network(arch, "network"))
+    # found by review: shape (30, 30) with strides (2, 2) failed inside MONAI's UNet after the data were made
+    multiple = math.prod(arch["strides"])
+    if any(s % multiple for s in shape):
+        raise ValueError(f"shape must have every axis a multiple of {multiple} (the product of the network's strides "
+                         f"{arch['strides']}: the UNet halves and restores each axis), got {shape}")
 
     device = torch.device(device)
     torch.manual_seed(seed)
@@ -254,6 +408,10 @@ def train_ssn(
             loss = F.cross_entropy(net.head.mean_logits(net.features(x)), y)
         else:
             loss = loss_fn(net(x), y)
+        loss_value = loss.detach()
+        if not bool(torch.isfinite(loss_value)):  # as train_tissue_model's losses: nothing is saved
+            raise ValueError(f"the training loss is not finite at iteration {it} ({loss_value.item()}); the network "
+                             "diverged and is not saved (try a smaller lr or noise_std)")
         loss.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), 12.0)
         opt.step()

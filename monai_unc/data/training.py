@@ -236,12 +236,13 @@ def train_tissue_model(
     loss: str = "dice_ce",
     evaluate: bool = True,
 ) -> tuple[torch.nn.Module, dict]:
-    """Train the example UNet; optionally save the state dict to ``out_path`` (+ a ``.json`` record).
+    """Train the example UNet; optionally save the state dict to ``out_path`` (+ a ``<out_path>.json`` record).
 
     Deterministic for a given seed and thread count on CPU.
 
     Args:
-        out_path: where to save the state dict (the record is written beside it as ``.json``); None: not saved.
+        out_path: where to save the state dict (the record is written beside it as ``<out_path>.json``, e.g.
+            ``model.pt.json``); None: not saved.
         iterations: Adam steps.
         batch_size: patches ``(48, 64, 64)`` per step, drawn from the left hemisphere.
         lr: Adam's learning rate.
@@ -262,7 +263,7 @@ def train_tissue_model(
     Raises:
         ValueError: an unknown ``loss``; ``iterations`` or ``batch_size`` not a positive integer (Python or numpy);
             ``lr`` not a positive finite number; ``seed`` outside ``[0, 2**32)``; ``out_path`` ending in ``.json``
-            (the record's name) or not writable; ``evaluate=False`` with an ``out_path``. All before any data is
+            (a record's name) or not writable; ``evaluate=False`` with an ``out_path``. All before any data is
             loaded.
         TypeError: ``seed`` not an integer (a float, a bool), ``progress`` or ``evaluate`` not a bool.
     """

@@ -715,7 +715,7 @@ class SSNHead(nn.Module):
         m = _prepare_mask(mask, log_var)
         if m is not None:
             log_var = torch.where(m > 0, log_var, torch.finfo(log_var.dtype).min)
-            factor = factor * m
+            factor = torch.where(m > 0, factor, 0.0)  # not factor * m: an infinite factor times 0 is NaN
         return torch.cat([self.mean_conv(f), log_var, factor], dim=1)
 
     def _params(
@@ -723,19 +723,23 @@ class SSNHead(nn.Module):
     ) -> SSNParams:
         """The one place where raw outputs become :class:`SSNParams`.
 
-        ``D = exp(log_var) [* mask] + epsilon``, ``P = factor [* mask]`` reshaped to ``(B, R, C, *spatial)``; computed
-        in float32 (or wider).
+        ``D = exp(log_var) + epsilon`` inside the mask and exactly ``epsilon`` outside it, ``P = factor`` inside the
+        mask and 0 outside it, reshaped to ``(B, R, C, *spatial)``; computed in float32 (or wider). The mask selects
+        (``torch.where``, before the ``exp``) instead of multiplying: in earlier versions a log-variance above ~88.7
+        outside the mask (``exp`` infinite in float32, where the covariance blows up and the mask exists for) gave
+        ``inf * 0 = NaN`` in the diagonal, the loss and the draws.
         """
         dtype = torch.promote_types(mean.dtype, torch.float32)
         with no_autocast(mean.device):
             mean, log_var, factor = mean.to(dtype), log_var.to(dtype), factor.to(dtype)
-            var = torch.exp(log_var)
             cov_factor = factor.reshape(factor.shape[0], self.rank, self.num_classes, *factor.shape[2:])
             m = _prepare_mask(mask, mean)
             if m is not None:
-                cov_factor = cov_factor * m.unsqueeze(1)
-                var = var * m
-            cov_diag = var + self.epsilon
+                # masked before the exp: exp(lowest) = 0 and its gradient is 0 (a where after the exp would pass
+                # 0 * exp(inf) = NaN back to the log-variance)
+                log_var = torch.where(m > 0, log_var, torch.finfo(dtype).min)
+                cov_factor = torch.where(m.unsqueeze(1) > 0, cov_factor, 0.0)
+            cov_diag = torch.exp(log_var) + self.epsilon
         return SSNParams(mean, cov_diag, cov_factor)
 
     def params_from_raw(self, raw: torch.Tensor, mask: torch.Tensor | None = None) -> SSNParams:

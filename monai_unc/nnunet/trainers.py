@@ -369,7 +369,8 @@ class CalibrationLoss(nn.Module):
         term: the calibration loss, ``term(logits, target)``; the target is nnU-Net's: a label map
             ``(B, 1, *spatial)`` (labels) or the region masks ``(B, R, *spatial)`` (regions).
         kind: ``"replace_ce"`` or ``"add"``.
-        weight: the weight of the term when added, a finite number ``>= 0``.
+        weight: the weight of the term when added, a finite number ``>= 0``; with ``"replace_ce"`` it must be 1
+            (the term has the cross-entropy's weight ``stock.weight_ce``).
 
     Example:
         >>> from nnunetv2.training.loss.compound_losses import DC_and_CE_loss
@@ -389,6 +390,9 @@ class CalibrationLoss(nn.Module):
         self.kind = kind
         # found by hostile testing: a NaN weight trained on a NaN loss, a negative one rewarded miscalibration
         self.weight = check_nonnegative(weight, "weight")
+        if kind == "replace_ce" and self.weight != 1.0:  # in earlier versions ignored, silently
+            raise ValueError(f"weight does not apply to kind 'replace_ce' (the term replaces the cross-entropy and "
+                             f"has its weight, stock.weight_ce): give 1, got {weight!r}")
 
     def forward(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The loss of one output.
@@ -474,8 +478,14 @@ class _CalibratedTrainer:
         if self.label_manager.has_regions and not self.supports_regions:
             raise ValueError(f"{name} supports label (softmax) training only, not region-based training")
         weight = check_nonnegative(getattr(self, "calibration_weight", 1.0), f"{name}.calibration_weight")
-        loss = super()._build_loss()  # nnU-Net's Dice + CE, wrapped for deep supervision with nnU-Net's weights
         kind = CALIBRATION_KINDS[self.calibration]
+        if kind == "replace_ce" and weight != 1.0:  # in earlier versions ignored: the default loss, silently
+            raise ValueError(
+                f"{name}.calibration_weight = {weight:g} does not apply to {name}: its "
+                f"{self.calibration.upper()} term replaces nnU-Net's cross-entropy (with the cross-entropy's weight) "
+                "instead of being added to Dice + CE; leave calibration_weight at 1"
+            )
+        loss = super()._build_loss()  # nnU-Net's Dice + CE, wrapped for deep supervision with nnU-Net's weights
         if not isinstance(loss, DeepSupervisionWrapper):
             return CalibrationLoss(loss, self.calibration_term(), kind, weight)
         terms = self.output_calibration_terms(self._get_deep_supervision_scales())

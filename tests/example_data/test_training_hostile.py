@@ -74,7 +74,8 @@ def test_train_ssn_refuses_bad_noise_and_warm_up_at_once(kwargs, match):
 def test_trainers_refuse_a_weights_path_the_record_would_overwrite(tmp_path, monkeypatch, train, name):
     """Found by hostile testing: ``train_ssn("model.json")`` saved the weights to ``model.json`` and then the training
     record to ``model.json`` too (``path.with_suffix(".json")``): the weights were lost, the record kept the digest of a
-    file that no longer existed. Now refused before any data is made or any step is taken."""
+    file that no longer existed. Now refused before any data is made or any step is taken; records are now named
+    ``<weights>.json`` (``model.pt.json``), and a ``.json`` path would still be another file's record name."""
     from monai_unc.data import ssn_training, training
 
     def no_data(*args, **kwargs):
@@ -139,7 +140,7 @@ def test_train_ssn_takes_numpy_settings_and_records_plain_json(tmp_path):
         seed=np.int64(3), progress=False,
         network={"channels": (4, np.int64(8)), "strides": (2,), "feature_channels": 4, "rank": np.int64(2)},
     )
-    saved = json.loads((tmp_path / "m.json").read_text())
+    saved = json.loads((tmp_path / "m.pt.json").read_text())
     assert saved["num_mc_samples"] == 2 and saved["noise_std"] == pytest.approx(0.05) and saved["seed"] == 3
     assert saved["network"]["channels"] == [4, 8] and saved["network"]["rank"] == 2
     assert record["network"] == saved["network"] and net.head.rank == 2
@@ -175,10 +176,10 @@ def test_train_tissue_model_takes_numpy_settings_and_writes_the_record(tmp_path)
 
     net, record = train_tissue_model(tmp_path / "m.pt", iterations=np.int64(1), batch_size=np.int32(1),
                                      lr=np.float32(1e-3), seed=np.int64(2), progress=False)
-    saved = json.loads((tmp_path / "m.json").read_text())
+    saved = json.loads((tmp_path / "m.pt.json").read_text())
     assert saved["iterations"] == 1 and saved["batch_size"] == 1 and saved["seed"] == 2
     assert saved["lr"] == pytest.approx(1e-3) and type(record["lr"]) is float and type(record["seed"]) is int
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "m.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt", "m.pt.json"]
 
 
 def test_save_trained_network_writes_nothing_for_a_record_json_cannot_write(tmp_path):
@@ -204,3 +205,97 @@ def test_train_ssn_refuses_a_non_integer_rater_count(monkeypatch, n_raters):
     monkeypatch.setattr(ssn_training, "make_toy_dataset", no_data)
     with pytest.raises(ValueError, match="n_raters must be a positive integer"):
         train_ssn(iterations=2, n_cases=1, progress=False, n_raters=n_raters)
+
+
+_SMALL_SSN = {"channels": (4, 8), "strides": (2,), "feature_channels": 4, "rank": 2}
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"noise_std": 1e300}, ValueError, r"noise_std must be finite in float32"),
+    ({"noise_std": 4e38}, ValueError, r"noise_std must be finite in float32"),
+    ({"network": {"dropout": True}}, TypeError, r"network\['dropout'\] must be a number in \[0, 1\)"),
+    ({"network": {"dropout": 1.0}}, ValueError, r"network\['dropout'\] must be a number in \[0, 1\)"),
+    ({"network": {"dropout": -0.1}}, ValueError, r"network\['dropout'\] must be a number in \[0, 1\)"),
+    ({"network": {"dropout": "0.1"}}, TypeError, r"network\['dropout'\] must be a number"),
+    ({"network": {"num_res_units": -1}}, ValueError, r"network\['num_res_units'\] must be an integer >= 0"),
+    ({"network": {"num_res_units": True}}, TypeError, r"network\['num_res_units'\] must be an integer >= 0"),
+    ({"network": {"rank": 2.0}}, TypeError, r"network\['rank'\] must be an integer >= 1"),
+    ({"network": {"rank": 0}}, ValueError, r"network\['rank'\] must be an integer >= 1"),
+    ({"network": {"feature_channels": False}}, TypeError, r"network\['feature_channels'\] must be an integer"),
+    ({"network": {"num_classes": 1}}, ValueError, r"network\['num_classes'\] must be an integer >= 2"),
+    ({"network": {"in_channels": 0}}, ValueError, r"network\['in_channels'\] must be an integer >= 1"),
+    ({"network": {"channels": (4,), "strides": ()}}, ValueError, r"network\['channels'\] must have at least 2"),
+    ({"network": {"channels": (4, 0), "strides": (2,)}}, ValueError, r"network\['channels'\]\[1\] must be an integer"),
+    ({"network": {"channels": "48", "strides": (2,)}}, TypeError, r"network\['channels'\] must be a sequence"),
+    ({"network": {"channels": (4, 8), "strides": (2, 2)}}, ValueError, r"network\['strides'\] must have one stride"),
+    ({"network": {"channels": (4, 8), "strides": (True,)}}, TypeError, r"network\['strides'\]\[0\] must be an int"),
+    ({"network": {"epsilon": 1e300}}, ValueError, r"network\['epsilon'\] must be a positive number"),
+    ({"network": {"epsilon": True}}, TypeError, r"network\['epsilon'\] must be a positive number"),
+    ({"network": {"init_variance": 0.0}}, ValueError, r"network\['init_variance'\] must be a positive number"),
+    ({"network": {"mask": "yes"}}, TypeError, r"network\['mask'\] must be a dict"),
+    ({"network": {"mask": {"smooth": 2}}}, ValueError, r"network\['mask'\]: smooth must be an odd integer"),
+    ({"network": {"mask": {"channel": 1}}}, ValueError, r"network\['mask'\]\['channel'\] must be below in_channels"),
+    ({"network": {"mask": {"radius": 1}}}, ValueError, r"network\['mask'\] has unknown settings \['radius'\]"),
+    ({"network": {"drop_out": 0.1}}, ValueError, r"network has unknown settings \['drop_out'\]"),
+    ({"network": [("rank", 2)]}, TypeError, "network must be a dict"),
+    ({"shape": (30, 30)}, ValueError, r"shape must have every axis a multiple of 4 \(the product of the network's "
+                                      r"strides \[2, 2\]"),
+    ({"shape": (16, 16), "network": {"channels": (4, 8, 8, 8), "strides": (2, 2, 8)}}, ValueError,
+     r"shape must have every axis a multiple of 32"),
+    ({"shape": (8, 8, 8, 8)}, ValueError, "shape must be 2D or 3D"),
+])
+def test_train_ssn_refuses_bad_network_noise_and_shape_before_any_data(monkeypatch, kwargs, error, match):
+    """Found by review: ``network={"dropout": True}`` trained a UNet whose dropout layers zeroed every input
+    (``p = 1.0``; 1.0 itself was taken too) and ``num_res_units=-1`` was accepted; ``noise_std=1e300`` is finite but
+    infinite in float32 and trained to NaN weights, which were saved; ``shape=(30, 30)`` made the data and then
+    failed inside MONAI's UNet (the default strides (2, 2) need every axis a multiple of 4)."""
+    from monai_unc.data import ssn_training
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("data made before the settings were checked")
+
+    monkeypatch.setattr(ssn_training, "make_toy_dataset", no_data)
+    with pytest.raises(error, match=match):
+        train_ssn(iterations=2, n_cases=1, progress=False, **kwargs)
+
+
+def test_a_record_network_definition_is_checked_as_train_ssn_checks_it():
+    """The ``network_def`` of a training record (``monai-unc infer --network``) is untrusted input: it goes through
+    ``build_ssn_network``'s checks, which name the setting."""
+    from monai_unc.data import build_ssn_network
+    from monai_unc.workflows.models import _instantiate
+
+    with pytest.raises(TypeError, match=r"^dropout must be a number in \[0, 1\), got True"):
+        build_ssn_network(spatial_dims=2, dropout=True)
+    with pytest.raises(ValueError, match=r"^num_res_units must be an integer >= 0, got -1"):
+        build_ssn_network(spatial_dims=2, num_res_units=-1)
+    record = {"network_def": {"_target_": "monai_unc.data.build_ssn_network", "spatial_dims": 2, **_SMALL_SSN,
+                              "dropout": True}}
+    with pytest.raises(ValueError, match=r"cannot build the network.*dropout must be a number in \[0, 1\)"):
+        _instantiate(record, "--network")
+    record["network_def"]["dropout"] = 0.2
+    assert {m.p for m in _instantiate(record, "--network").modules() if isinstance(m, __import__("torch").nn.Dropout)
+            } == {0.2}
+
+
+def test_train_ssn_saves_no_diverged_network(tmp_path):
+    """Found by review: a training whose loss went non-finite (NaN weights) ran to the end and saved the network and
+    its record; now refused as ``train_tissue_model`` refuses a non-finite loss, and nothing is written."""
+    with pytest.raises(ValueError, match="the training loss is not finite at iteration .* not saved"):
+        train_ssn(tmp_path / "m.pt", shape=(8, 8), n_cases=1, iterations=6, batch_size=1, num_mc_samples=2,
+                  mean_only_iterations=0, lr=1e30, progress=False, network=_SMALL_SSN)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_trained_network_refuses_non_finite_weights(tmp_path):
+    """A network whose weights went non-finite (a diverged training) is refused before anything is written."""
+    import torch
+
+    from monai_unc.data.model import save_trained_network
+
+    net = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        net.bias[1] = float("nan")
+    with pytest.raises(ValueError, match=r"non-finite values in bias"):
+        save_trained_network(net, {"seed": 0}, tmp_path / "net.pt")
+    assert list(tmp_path.iterdir()) == []

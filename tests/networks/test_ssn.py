@@ -217,6 +217,38 @@ def test_mask_zeroes_the_covariance_outside(mask_shape):
         head.params(feats, m[:, :3])
 
 
+def test_mask_is_exact_where_the_covariance_blows_up():
+    """Regression: the distribution path masked ``exp(log_var) * mask + epsilon``: a log-variance above ~88.7
+    outside the mask (exp infinite in float32; the mask exists for that region) gave ``inf * 0 = NaN`` in the
+    diagonal, the SSN loss and the draws, while :meth:`SSNHead.raw` selected and gave ``epsilon``. An infinite
+    factor outside the mask is zeroed the same way, and the gradients stay finite."""
+    head = SSNHead(2, num_classes=2, rank=1, spatial_dims=2, input_activation=None)
+    with torch.no_grad():
+        for conv in (head.log_cov_diag_conv, head.cov_factor_conv):
+            conv.weight.zero_()
+            conv.bias.zero_()
+            conv.weight[:, 0] = 1.0  # log-variance = feature 0
+        head.cov_factor_conv.weight[:, 0] = 1e37  # factor = 1e37 * feature 0: infinite in float32 where it is 100
+    feats = torch.zeros(1, 2, 4, 4)
+    feats[:, 1] = 1.0
+    feats[:, 0, :, 2:] = 100.0  # log-variance 100 and an infinite factor outside the mask
+    feats.requires_grad_(True)
+    mask = torch.zeros(1, 4, 4, dtype=torch.bool)
+    mask[:, :, :2] = True
+    outside = ~mask[:, None].expand(1, 2, 4, 4)
+    for p in (head.params(feats, mask), head.params_from_raw(head.raw(feats, mask))):
+        assert torch.all(p.cov_diag[outside] == head.epsilon), p.cov_diag
+        assert torch.all(p.cov_factor[:, 0][outside] == 0)
+        assert torch.isfinite(p.cov_diag).all() and torch.isfinite(p.cov_factor).all()
+    loss = SSNLoss(4)(head.distribution(feats, mask), torch.zeros(1, 4, 4, dtype=torch.long))
+    assert torch.isfinite(loss)
+    loss.backward()
+    assert all(torch.isfinite(q.grad).all() for q in head.parameters())
+    net = SSNNetwork(nn.Identity(), head, mask_fn=lambda x: mask).eval()
+    with ssn_sampling(net), torch.no_grad():
+        assert torch.isfinite(net(feats.detach())).all()
+
+
 def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="num_classes"):
         SSNHead(4, 1)
@@ -603,7 +635,7 @@ def test_training_on_the_toy_set_gives_boundary_concentrated_aleatoric_maps(tmp_
     # the saved weights and record rebuild the same network
     import json
 
-    rec = json.loads((tmp_path / "ssn.json").read_text())
+    rec = json.loads((tmp_path / "ssn.pt.json").read_text())
     rebuilt = build_ssn_network(**rec["network"])
     rebuilt.load_state_dict(torch.load(tmp_path / "ssn.pt", weights_only=True))
     torch.testing.assert_close(rebuilt.eval()(x), net(x))

@@ -59,6 +59,25 @@ def test_calibration_loss_refuses_a_weight_that_is_no_finite_number_at_least_zer
         CalibrationLoss(torch.nn.L1Loss(), torch.nn.L1Loss(), "add", weight)
 
 
+@pytest.mark.parametrize("base", ["nnUNetTrainerSVLS", "nnUNetTrainerNACL", "nnUNetTrainerMCDropoutSVLS"])
+def test_calibration_weight_is_refused_where_it_does_not_apply(base, tmp_path, monkeypatch):
+    """Found by review: SVLS and NACL replace nnU-Net's cross-entropy (weighted by nnU-Net's ``weight_ce``), so
+    ``calibration_weight`` never entered their loss: ``calibration_weight = 5`` trained the default loss, silently
+    (docs/training.md documents it for L1-ACE only). A value other than 1 is now refused by name; 1 still builds."""
+    cls = type(f"{base}Weighted", (getattr(mun, base),), {"calibration_weight": 5.0})
+    with pytest.raises(ValueError, match=rf"{cls.__name__}.calibration_weight = 5 does not apply"):
+        _trainer(cls, tmp_path, monkeypatch)._build_loss()
+    same = type(f"{base}One", (getattr(mun, base),), {"calibration_weight": 1})
+    assert isinstance(_trainer(same, tmp_path, monkeypatch)._build_loss(), torch.nn.Module)
+
+
+def test_calibration_loss_refuses_a_weight_that_replace_ce_ignores():
+    """``CalibrationLoss(..., "replace_ce", weight)`` ignored the weight (the term replaces the cross-entropy)."""
+    with pytest.raises(ValueError, match="weight does not apply to kind 'replace_ce'"):
+        CalibrationLoss(torch.nn.L1Loss(), torch.nn.L1Loss(), "replace_ce", 5.0)
+    assert CalibrationLoss(torch.nn.L1Loss(), torch.nn.L1Loss(), "replace_ce", 1.0).weight == 1.0
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
 def test_an_ssn_head_takes_the_dtype_of_the_layer_it_replaces(dtype):
     """The head was made in float32 whatever the network's dtype: a float64 network failed on its first call with

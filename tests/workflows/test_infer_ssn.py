@@ -31,7 +31,7 @@ def ssn(tmp_path_factory) -> dict:
     paths = write_toy_cohort(root / "data", n_cases=2, shape=(16, 16, 16), predictions=False)
     net, _ = train_ssn(root / "ssn.pt", n_cases=4, shape=(16, 16, 16), iterations=3, batch_size=2, num_mc_samples=4,
                        network=ARCH, seed=0)
-    return {"images": paths["images"], "root": root, "net": net, "ckpt": root / "ssn.pt", "spec": root / "ssn.json"}
+    return {"images": paths["images"], "root": root, "net": net, "ckpt": root / "ssn.pt", "spec": root / "ssn.pt.json"}
 
 
 def _infer(s: dict, out: Path, method: str, samples: int = 4) -> int:
