@@ -268,6 +268,42 @@ def test_a_growing_predictions_folder_under_another_path_records_its_decisions_o
         assert store.verify().ok
 
 
+
+def test_a_case_with_an_undefined_score_from_a_moved_predictions_folder_is_recorded_once(store_url, tmp_path):
+    """A case whose score is undefined was told apart by its prediction file's path alone, so the same scan (the same
+    image z-score and prediction) triaged again after its predictions folder moved to new storage was recorded a
+    second time and weighed twice in the image alarm and the counts. Its image z-score tells scans apart as a defined
+    score does: the path counts only for a case with neither (the batch of the test above); another scan, whose image
+    z-score differs, is recorded."""
+    import json
+
+    rule = make_rule([0.1, 0.2, 0.3])
+
+    def month(name: str, mount: str, cases: list[dict]) -> Path:
+        folder = write_triage(tmp_path / name, rule, cases,
+                              segs={c["case"]: f"{mount}/site_b/preds/{c['case']}_seg.nii.gz" for c in cases})
+        doc = json.loads((folder / "triage.json").read_text())
+        for c in doc["cases"]:
+            if c["score"] is None:
+                c.update(code="undefined_score", reason="score undefined (e.g. empty predicted foreground)")
+        (folder / "triage.json").write_text(json.dumps(doc))
+        return folder
+
+    first = [{"case": "001", "score": 0.12, "image_z_max": 1.318},
+             {"case": "002", "score": None, "decision": "review", "image_z_max": 0.9054879003377757}]
+    assert record_triage(store_url, month("jan", "/data", first), site="B").lines[0].startswith("recorded 2 case(s)")
+    moved = record_triage(store_url, month("feb", "/newstorage", [*first, {"case": "003", "score": 0.15}]),
+                          site="B").lines[0]
+    assert moved.startswith("recorded 1 case(s)") and "2 already recorded (skipped)" in moved, moved
+    # a later batch reusing the id with an undefined score: another image, another z-score, another scan
+    other = [{"case": "002", "score": None, "decision": "review", "image_z_max": 2.25}]
+    assert record_triage(store_url, month("mar", "/newstorage", other), site="B").lines[0].startswith(
+        "recorded 1 case(s)")
+    with MonitorStore(store_url, create=False) as store:
+        assert sorted(c["case_id"] for c in store.cases()) == ["001", "002", "002", "003"]
+        assert store.verify().ok
+
+
 # --------------------------------------------------------------------------- labels of sites that share case ids
 def test_a_label_never_goes_to_another_sites_case(store_url, tmp_path):
     """Two sites number their cases alike ("001"): before the fix site A's audited label went to site B's case
