@@ -83,6 +83,10 @@ class TriageRun:
         not_triaged: the case ids the run could not triage (``triage.json``'s ``not_triaged``: no prediction), which
             have no decision; the store keeps them in the run's audit entry, so that ``monitor label`` skips their
             labels with a warning instead of refusing the batch.
+        inputs: the predictions and images ``triage.json`` names for its cases (``files``: each case's ``seg`` and
+            ``image``), the files whose folders triage read and reading the run reads (the predictions' digests, the
+            images' sidecars): ``monitor record`` keeps the store outside them
+            (:func:`~monai_unc.workflows.monitor.check_store_outside_inputs`).
 
     Example:
         >>> import json, tempfile
@@ -108,6 +112,7 @@ class TriageRun:
     model_digest: str | None
     triage_check: str = ""
     not_triaged: tuple[str, ...] = ()
+    inputs: tuple[str, ...] = ()
 
 
 def model_digest(fingerprint: Any) -> str | None:
@@ -658,8 +663,10 @@ def read_triage_run(
         shown = listed([c[:100] for c in left], 10)
         warnings.warn(f"{path}: {len(left)} case(s) were NOT triaged (no prediction) and are not recorded: {shown}",
                       UserWarning, stacklevel=2)
+    named = {v for e in files.values() if isinstance(e, dict) for v in (e.get("seg"), e.get("image"))
+             if isinstance(v, str) and v and "\x00" not in v}
     return TriageRun(root.resolve(), rule, tuple(records), hashlib.sha256(raw).hexdigest(), triaged_at, model,
-                     checked, tuple(left))
+                     checked, tuple(left), tuple(sorted(named)))
 
 
 def loss_of(dice: float | None, failure: int | None, risk: str, failure_dice: float | None) -> float:

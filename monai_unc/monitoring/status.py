@@ -41,7 +41,7 @@ from .store import ALL_SITES
 
 __all__ = ["ALL_SITES", "RECENT", "IMAGE_REFERENCE_MIN", "GroupStatus", "monitor_status", "status_table", "any_alarm",
            "printable", "stream_seed", "image_reference_scores", "labelled_in_order", "exp_text",
-           "martingale_peak_text"]
+           "martingale_peak_text", "alarm_level_text"]
 
 #: the number of latest cases of the recent rates
 RECENT = 50
@@ -317,7 +317,7 @@ class GroupStatus:
             found = self.alarm_positions(name)
             if found is not None:
                 at, start = self.cases[found[0]], self.cases[found[1]]
-                out.append(f"{name} distribution changed: martingale >= {1 / self.alpha:g} at case "
+                out.append(f"{name} distribution changed: martingale >= {alarm_level_text(self.alpha)} at case "
                            f"{at['case_id']!r} ({at['triaged_at']}), change estimated from case "
                            f"{start['case_id']!r} ({start['triaged_at']})")
         if self.risk is not None and self.risk.alarm is not None:
@@ -549,6 +549,28 @@ def exp_text(log_value: float, digits: int = 3) -> str:
     if mantissa.startswith("10"):  # rounded up to the next power of ten
         mantissa, k = "1", k + 1
     return f"{mantissa}e+{k}"
+
+
+def alarm_level_text(alpha: float) -> str:
+    """The alarm threshold ``1 / alpha`` of a test martingale as text, also where it overflows a float.
+
+    ``1 / alpha`` is ``inf`` below ``alpha = 5.6e-309``, a level the alarm itself reaches (it compares logarithms);
+    found by hostile review: ``alpha = 1e-310`` read "martingale >= inf". Such a level is written from ``log(alpha)``
+    (:func:`exp_text`), every other one as before (``%g``).
+
+    Args:
+        alpha: the false-alarm probability, in ``(0, 1)``.
+
+    Returns:
+        The text, e.g. ``"20"`` or ``"1e+310"``.
+
+    Example:
+        >>> alarm_level_text(0.05), alarm_level_text(0.03), alarm_level_text(1e-300), alarm_level_text(1e-310)
+        ('20', '33.3333', '1e+300', '1e+310')
+    """
+    a = float(alpha)
+    level = 1.0 / a
+    return f"{level:g}" if math.isfinite(level) else exp_text(-math.log(a), 6)
 
 
 def martingale_peak_text(m: MartingaleResult | None) -> str:

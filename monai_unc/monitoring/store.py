@@ -107,9 +107,9 @@ migrates it)."""
 _CASE_COLUMNS = ("case_id", "site", "scanner", "triaged_at", "score", "image_z_max", "expected_dice", "decision",
                  "code", "reason", "rule_digest", "model_digest", "prediction")
 #: the columns that make a recorded case the same decision when its triage folder is recorded again; the prediction
-#: file too, for a decision without a score only (:func:`_decision_key`): a later batch that reuses a case id ("001")
-#: with an undefined score (None: an empty or failed prediction) is another scan, from another predictions folder
-#: (found by the review of the cross-folder skip)
+#: file too, for a decision with neither a score nor an image z-score only (:func:`_decision_key`): a later batch that
+#: reuses a case id ("001") with an undefined score (None: an empty or failed prediction) is another scan, from
+#: another predictions folder (found by the review of the cross-folder skip)
 _DECISION_COLUMNS = ("site", "case_id", "score", "image_z_max", "expected_dice", "decision", "code", "prediction")
 _DECISION_FLOATS = frozenset({"score", "image_z_max", "expected_dice"})
 #: the decisions of a case row (``CaseRecord.decision``); its code is ``accepted`` exactly for ``accept``
@@ -227,14 +227,25 @@ def _within_run_order(case_id: str) -> tuple[bytes, str]:
 def _decision_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
     """What makes a recorded case the same decision (NaN and None alike, floats as stored).
 
-    The prediction file counts only for a decision whose score is undefined (None matches any other such case): a
-    defined score already tells one scan from another, and the file is the path triage read, so the same file
-    read through another mount or after a move to new storage would make every earlier decision of a growing
-    predictions folder weigh twice in the alarms (found by the review of the prediction key).
+    The prediction file counts only for a decision whose score and image z-score are both undefined (None: any other
+    such case matches, and then nothing else tells two scans apart: two empty predictions on one grid have the same
+    voxels' digest). A defined score, or the robust z-score of the image's statistics, already tells one scan from
+    another, and the file is the path triage read, so the same file read through another mount or after a move to
+    new storage would make every earlier decision of a growing predictions folder weigh twice in the alarms (found by
+    the review of the prediction key; for a case with an undefined score and an image z-score, by hostile review).
+
+    Example:
+        >>> row = {"site": "A", "case_id": "002", "score": None, "image_z_max": 0.91, "expected_dice": None,
+        ...        "decision": "review", "code": "undefined_score", "prediction": "/data/B/002_seg.nii.gz"}
+        >>> _decision_key(row) == _decision_key({**row, "prediction": "/newstorage/B/002_seg.nii.gz"})
+        True
+        >>> no_z = {**row, "image_z_max": None}
+        >>> _decision_key(no_z) == _decision_key({**no_z, "prediction": "/newstorage/B/002_seg.nii.gz"})
+        False
     """
     key = [None if (v := _clean(row[c])) is None else (float(v) if c in _DECISION_FLOATS else v)
            for c in _DECISION_COLUMNS]
-    if key[_DECISION_COLUMNS.index("score")] is not None:
+    if key[_DECISION_COLUMNS.index("score")] is not None or key[_DECISION_COLUMNS.index("image_z_max")] is not None:
         key[_DECISION_COLUMNS.index("prediction")] = None
     return tuple(key)
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..io import atomic_write_text
 from ..monitoring import AuditEntry, GroupStatus, VerifyResult
-from ..monitoring.status import martingale_peak_text
+from ..monitoring.status import alarm_level_text, martingale_peak_text
 from ..monitoring.store import redact_url
 from ..product import format_cell, format_share, format_target
 from .html import PAGE_CSS, cards, scroll_box, table
@@ -112,8 +112,8 @@ def svg_chart(
     Args:
         title: the chart's title (text).
         series: ``(name, x, y)`` per line; non-finite points are left out.
-        hlines: ``(label, y)`` dashed horizontal lines (a threshold, a target).
-        vlines: ``(label, x)`` dotted vertical markers (an alarm, a change point).
+        hlines: ``(label, y)`` dashed horizontal lines (a threshold, a target); a non-finite ``y`` is left out.
+        vlines: ``(label, x)`` dotted vertical markers (an alarm, a change point); a non-finite ``x`` is left out.
         y_label: the y axis' label.
         x_label: the x axis' label.
         steps: draw the series as steps (histograms), on a y axis that includes 0.
@@ -168,12 +168,16 @@ def svg_chart(
     parts.append(el("text", x_label, x=_num((_ML + _W) / 2), y=_H - 3, text_anchor="middle"))
     parts.append(el("text", y_label, x=4, y=_MT - 6))
     for (label, v), color in zip(hlines, _HLINE_COLORS):
+        if not math.isfinite(v):  # never a coordinate "inf" or "nan" (an invalid SVG attribute), as for the series
+            continue
         parts += [el("line", x1=_ML, x2=_W - _MR, y1=_num(sy(v)), y2=_num(sy(v)), stroke=color, stroke_dasharray="5 3"),
                   el("text", label, x=_W - _MR - 2, y=_num(sy(v) - 3), text_anchor="end", fill=color)]
     # found by hostile testing: every marker's label was written on the legend's row, so an alarm and its change point
     # at one case (or a marker near the left edge and the legend) were drawn one over the other; each label now has
     # a row of its own below the legend
     for j, (label, v) in enumerate(vlines):
+        if not math.isfinite(v):
+            continue
         parts += [el("line", x1=_num(sx(v)), x2=_num(sx(v)), y1=_MT, y2=_H - _MB, stroke="#b3261e",
                      stroke_dasharray="2 2"),
                   el("text", label, x=_num(sx(v) + 3), y=_MT + 26 + 13 * j, fill="#b3261e")]
@@ -208,7 +212,8 @@ def _martingale_chart(g: GroupStatus) -> Markup:
             vlines.append((f"{name}: alarm", at[m.alarm]))
             vlines.append((f"{name}: change", at[m.change_point or 0]))
     return svg_chart("Conformal test martingales (log10)", series,
-                     hlines=[(f"alarm: 1/alpha = {1 / g.alpha:g}", math.log10(1 / g.alpha))], vlines=vlines,
+                     # -log10(alpha), not log10(1 / alpha): 1 / alpha is inf below alpha = 5.6e-309
+                     hlines=[(f"alarm: 1/alpha = {alarm_level_text(g.alpha)}", -math.log10(g.alpha))], vlines=vlines,
                      y_label="log10 S", x_label="case (in order; a case without the value is skipped)")
 
 

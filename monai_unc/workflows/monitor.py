@@ -237,17 +237,24 @@ def record_triage(
 
     Raises:
         ValueError: the folder is still being written by another run (a ``triage`` of another process holds it:
-            :func:`monai_unc.io.check_not_being_written`), before the store is opened; or what
+            :func:`monai_unc.io.check_not_being_written`), or a SQLite store that is ``sites`` or lies in a folder of
+            the predictions or images ``triage.json`` names (:func:`check_store_outside_inputs`: inputs are never
+            written to, as ``triage --monitor`` refuses), before the store is opened; or what
             :func:`~monai_unc.monitoring.records.read_triage_run` and the store refuse.
     """
     url = _db(db)
     input_folder(triage, "triage")  # a missing folder or a file named as such (the command line: TRIAGE)
+    check_store_outside_inputs(url, Path(triage) / "triage.json", sites)
     # a triage of another process still writing it (found by the hostile review of two runs at once, review 64: a
     # cron triage rewriting the folder while it was recorded by hand), as report and dicom-export refuse theirs
     check_not_being_written(triage, what=f"the triage folder {triage}", then=", then record it")
     with refusing("sites"):  # the command line names --sites (review 63)
         table = None if sites is None else read_sites(sites)
     run = read_triage_run(triage, site=site, sites=table, triaged_at=time, trust=trust)
+    # the folders of the predictions and images triage read, as triage --monitor refuses a store in its -p and
+    # --images (found by hostile review: record created the store in the predictions folder); not the triage
+    # folder, where triage -o OUT --monitor OUT/monitor.db keeps it
+    check_store_outside_inputs(url, *sorted({os.path.dirname(os.path.abspath(f)) for f in run.inputs}))
     with MonitorStore(url) as store:
         run_id, new = store.record_run(run.rule, run.cases, source_digest=run.source_digest, folder=str(run.folder),
                                        triaged_at=run.triaged_at, model_digest=run.model_digest, command=command,
@@ -402,9 +409,14 @@ def record_labels(
     Returns:
         The :class:`~monai_unc.workflows.session.CommandResult` of the number of labels recorded; its lines say how
         many, and a ``warning:`` line names the labels skipped (cases not triaged).
+
+    Raises:
+        ValueError: a SQLite store that is the CSV or lies in the folder of label maps (inputs are never written to:
+            :func:`check_store_outside_inputs`), before the store is opened; a label the store refuses (named).
     """
     url = _db(db)
     path = Path(labels)
+    check_store_outside_inputs(url, path)  # a store in the folder of label maps is written to: refused, as record's
     # the store read at one moment (a run recorded in between would have cases of a rule not read), then closed while
     # the labels are read and the label maps compared (minutes: a server's idle_session_timeout closed the connection
     # and the batch failed after the work, found by hostile testing); add_labels refuses a label whose case was

@@ -143,3 +143,54 @@ def test_the_digest_and_the_signature_cover_the_statistics(tmp_path, monkeypatch
     path.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="signature"):
         ReferralRule.load(path, trust)
+
+
+def test_the_reason_of_an_image_far_in_every_statistic_is_bounded():
+    """The reason names the farthest statistics and counts the others: an image from a new scanner, every statistic of
+    its twelve channels far from the calibration images, was referred with a reason of 1024 characters, which the
+    monitoring store refuses (it keeps at most ``MAX_TEXT`` characters of a text), so ``monitor record`` refused the
+    whole run."""
+    from monai_unc.evaluation.triage.rule import MAX_REASON, REASON_STATISTICS
+    from monai_unc.monitoring.store import MAX_TEXT
+
+    assert MAX_REASON <= MAX_TEXT
+    rng = np.random.default_rng(0)
+    cal = 100 + rng.normal(size=(30, 60))
+    rule = ReferralRule("predictive_entropy_fg_mean", 0.3, True, 0.1, 0.1, "sgr", "failure", 0.8,
+                        (0.1, 0.2, 0.3, 0.4), ("a", "b", "c", "d"), image_reference=ImageReference.fit(cal))
+    new = cal[:1] * 3.0
+    new[0, 7] = 100 * 50.0  # c1_p01: the farthest
+    d = rule.apply([0.25], image_stats=new)[0]
+    assert d.code == "image_statistics" and len(d.reason) <= MAX_REASON
+    z = rule.image_reference.z_scores(new)[0]
+    far = [rule.image_reference.features[i] for i in np.argsort(-z, kind="stable")[:REASON_STATISTICS]]
+    inner = d.reason[d.reason.index("(") + 1:d.reason.rindex(")")]
+    shown = [t.split(" z=")[0] for t in inner.split(", ")[:REASON_STATISTICS]]
+    assert shown == sorted(far, key=rule.image_reference.features.index) and "c1_p01" in shown
+    assert inner.endswith(f", and {60 - REASON_STATISTICS} more > 5")
+    # up to REASON_STATISTICS far statistics are all named, as before
+    few = cal[:1].copy()
+    few[0, :3] *= 3.0
+    assert rule.apply([0.25], image_stats=few)[0].reason == (
+        "image far from the calibration images (c0_mean z={}, c0_std z={}, c0_p01 z={} > 5)".format(
+            *(rule.image_reference.z_text(v) for v in rule.image_reference.z_scores(few)[0, :3])))
+
+
+def test_the_longest_reason_triage_can_write_fits_the_bound():
+    """Every part of a reason at its longest: a rule that is not certified, a score outside the calibration range
+    written in 17 digits, statistic names of 256 characters (a rule file without recorded calibration statistics)
+    and z-scores near 1e300 (a scale of 1e-300), written in full by their one decimal."""
+    from monai_unc.evaluation.triage.rule import MAX_REASON
+
+    n = 40
+    names = tuple(f"{i:03d}" + "x" * 253 for i in range(n))
+    ref = ImageReference(names, (0.0,) * n, (1e-300,) * n, 10, 1.2345678901234567e-7)
+    lo, hi = 0.10000000000000002, 0.30000000000000004
+    for feasible in (False, True):
+        rule = ReferralRule("predictive_entropy_fg_mean", 0.2 if feasible else -math.inf, feasible, 0.1, 0.1, "sgr",
+                            "failure", 0.8, (lo, 0.2, hi), ("a", "b", "c"), image_reference=ref)
+        for score in (np.nextafter(lo, 0), np.nextafter(hi, 1), -1.2345678901234567e-300, 1.2345678901234567e300):
+            for value in (1.7976931348623157e-8, 1.2345678901234567e-299):  # z-scores of 309 and 3 digits
+                reason = rule.apply([score], image_stats=np.full((1, n), value))[0].reason
+                assert len(reason) <= MAX_REASON, (len(reason), reason)
+                assert "more > 1.23457e-07)" in reason

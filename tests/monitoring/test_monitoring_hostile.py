@@ -268,6 +268,42 @@ def test_a_growing_predictions_folder_under_another_path_records_its_decisions_o
         assert store.verify().ok
 
 
+
+def test_a_case_with_an_undefined_score_from_a_moved_predictions_folder_is_recorded_once(store_url, tmp_path):
+    """A case whose score is undefined was told apart by its prediction file's path alone, so the same scan (the same
+    image z-score and prediction) triaged again after its predictions folder moved to new storage was recorded a
+    second time and weighed twice in the image alarm and the counts. Its image z-score tells scans apart as a defined
+    score does: the path counts only for a case with neither (the batch of the test above); another scan, whose image
+    z-score differs, is recorded."""
+    import json
+
+    rule = make_rule([0.1, 0.2, 0.3])
+
+    def month(name: str, mount: str, cases: list[dict]) -> Path:
+        folder = write_triage(tmp_path / name, rule, cases,
+                              segs={c["case"]: f"{mount}/site_b/preds/{c['case']}_seg.nii.gz" for c in cases})
+        doc = json.loads((folder / "triage.json").read_text())
+        for c in doc["cases"]:
+            if c["score"] is None:
+                c.update(code="undefined_score", reason="score undefined (e.g. empty predicted foreground)")
+        (folder / "triage.json").write_text(json.dumps(doc))
+        return folder
+
+    first = [{"case": "001", "score": 0.12, "image_z_max": 1.318},
+             {"case": "002", "score": None, "decision": "review", "image_z_max": 0.9054879003377757}]
+    assert record_triage(store_url, month("jan", "/data", first), site="B").lines[0].startswith("recorded 2 case(s)")
+    moved = record_triage(store_url, month("feb", "/newstorage", [*first, {"case": "003", "score": 0.15}]),
+                          site="B").lines[0]
+    assert moved.startswith("recorded 1 case(s)") and "2 already recorded (skipped)" in moved, moved
+    # a later batch reusing the id with an undefined score: another image, another z-score, another scan
+    other = [{"case": "002", "score": None, "decision": "review", "image_z_max": 2.25}]
+    assert record_triage(store_url, month("mar", "/newstorage", other), site="B").lines[0].startswith(
+        "recorded 1 case(s)")
+    with MonitorStore(store_url, create=False) as store:
+        assert sorted(c["case_id"] for c in store.cases()) == ["001", "002", "002", "003"]
+        assert store.verify().ok
+
+
 # --------------------------------------------------------------------------- labels of sites that share case ids
 def test_a_label_never_goes_to_another_sites_case(store_url, tmp_path):
     """Two sites number their cases alike ("001"): before the fix site A's audited label went to site B's case
@@ -500,6 +536,63 @@ def test_an_output_onto_the_store_is_refused(tmp_path, capsys, argv):
     assert db.read_bytes() == before
     with MonitorStore(db, create=False) as store:
         assert [c["case_id"] for c in store.cases()] == ["a"] and store.verify().ok
+
+
+
+# --------------------------------------------------------------------------- a store inside the command's inputs
+@pytest.mark.parametrize("where", ["predictions", "predictions/sub", "images", "sites.csv"])
+def test_monitor_record_never_writes_the_store_into_its_inputs(tmp_path, capsys, where):
+    """``monitor record TRI --db PRED/monitor.db`` created the store (and its journal) in the predictions folder the
+    run read, which ``triage --monitor PRED/monitor.db`` refuses (inputs are never written to): the same check, one
+    line, exit status 2, nothing written (a folder inside the predictions folder too). The folders of the images
+    (their sidecars) and the sites table too; the triage folder is the store's place that ``triage -o OUT --monitor
+    OUT/monitor.db`` allows."""
+    from monai_unc.io.files import save_nifti
+
+    preds, images = tmp_path / "predictions", tmp_path / "images"
+    preds.mkdir()
+    images.mkdir()
+    seg = np.zeros((4, 4, 3), np.uint8)
+    seg[1:3, 1:3, 1] = 1
+    save_nifti(seg, np.eye(4), str(preds / "c0.nii.gz"))
+    save_nifti(seg, np.eye(4), str(images / "c0_0000.nii.gz"))
+    (tmp_path / "sites.csv").write_text("case,site\nc0,A\n")
+    tri = write_triage(tmp_path / "triage_out", make_rule([0.1, 0.2]), [{"case": "c0", "score": 0.1}],
+                       images={"c0": str(images / "c0_0000.nii.gz")}, segs={"c0": str(preds / "c0.nii.gz")},
+                       digest=True)
+    (preds / "sub").mkdir()
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    db = tmp_path / where if where.endswith(".csv") else tmp_path / where / "monitor.db"
+    capsys.readouterr()
+    rc = cli.main(["monitor", "record", str(tri), "--db", str(db), "--sites", str(tmp_path / "sites.csv")])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert rc == 2 and len(err) == 1 and "inputs are never written to" in err[0], err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written
+    assert cli.main(["monitor", "record", str(tri), "--db", str(tri / "monitor.db")]) == 0  # the triage folder
+
+
+def test_monitor_label_never_writes_the_store_into_its_label_folder(tmp_path, capsys):
+    """``monitor label LABELS --db LABELS/monitor.db`` wrote the labels into a store inside the folder of label maps it
+    read; the store is refused there as ``record`` refuses one in its inputs, before anything is written."""
+    labels = tmp_path / "labels"
+    labels.mkdir()
+    db = labels / "monitor.db"
+    record_triage(str(db), write_triage(tmp_path / "t", make_rule([0.1, 0.2]), [{"case": "a", "score": 0.1}]))
+    (labels / "a.csv").write_text("case,dice\na,0.9\n")
+    from monai_unc.io.files import save_nifti
+
+    save_nifti(np.ones((4, 4, 3), np.uint8), np.eye(4), str(labels / "a.nii.gz"))
+    before = db.read_bytes()
+    capsys.readouterr()
+    for source in (labels, labels / "a.csv"):
+        rc = cli.main(["monitor", "label", "--labels", str(source), "--db", str(db)])
+        err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+        if source == labels:
+            assert rc == 2 and len(err) == 1 and "inside the input folder" in err[0], err
+            assert db.read_bytes() == before
+            assert sorted(p.name for p in labels.iterdir()) == ["a.csv", "a.nii.gz", "monitor.db"]
+        else:  # a table beside the store: its file is the input, not its folder
+            assert rc == 0, err
 
 
 # ----------------------------------------------------------------- the same decisions from two writers at once

@@ -141,3 +141,38 @@ def test_dice_and_failure_agree_under_the_packages_failure_rule():
     assert loss_of(dice, 0, "failure", 0.7) == 0.0
     with pytest.raises(ValueError, match="disagree"):
         loss_of(dice, 1, "failure", 0.7)
+
+
+def test_the_longest_reason_triage_writes_is_recorded(tmp_path):
+    """A case referred for every statistic of its twelve channels (images from a new scanner) is recorded: its reason
+    was 1024 characters, beyond the store's ``MAX_TEXT``, and ``monitor record`` refused the whole run."""
+    import dataclasses
+
+    import numpy as np
+
+    from monai_unc.evaluation.triage.images import image_feature_names
+    from monai_unc.evaluation.triage.rule import ImageReference, ReferralRule
+    from monai_unc.io.provenance import rule_digest
+    from monai_unc.monitoring import MonitorStore
+
+    rng = np.random.default_rng(0)
+    channels = 64
+    cal = 1e6 + rng.normal(size=(30, 5 * channels)) * 1e-9  # one scale: every z-score a long number
+    ref = dataclasses.replace(ImageReference.fit(cal), features=image_feature_names(channels))
+    rule_obj = ReferralRule("predictive_entropy_fg_mean", -float("inf"), False, 0.1, 0.1, "sgr", "failure", 0.8,
+                            (0.1, 0.2, 0.3, 0.4), ("a", "b", "c", "d"), image_reference=ref)
+    d = rule_obj.apply([0.4000000000000001], image_stats=cal[:1] * 3.0)[0]
+    assert d.code == "not_certified" and "image far" in d.reason
+    rule = make_rule([0.1, 0.2, 0.3, 0.4])
+    folder = write_triage(tmp_path / "tri", rule, [{"case": "c0", "score": 0.4000000000000001, "decision": "review"}],
+                          digest=True)
+    doc = json.loads((folder / "triage.json").read_text())
+    doc["cases"][0].update(code=d.code, reason=d.reason)
+    doc["digest"] = rule_digest({k: v for k, v in doc.items() if k != "digest"})
+    (folder / "triage.json").write_text(json.dumps(doc))
+    run = read_triage_run(folder, site="A")
+    assert run.cases[0].reason == d.reason
+    with MonitorStore(str(tmp_path / "m.db")) as store:
+        store.record_run(run.rule, run.cases, source_digest=run.source_digest, folder=str(folder),
+                         triaged_at=run.triaged_at, model_digest=run.model_digest)
+        assert [c["reason"] for c in store.cases()] == [d.reason]

@@ -83,3 +83,36 @@ def test_a_martingale_peak_below_the_alarm_line_is_not_written_as_the_line(tmp_p
     page = build_monitor_page(groups, [], VerifyResult(True, 0, ""), tmp_path / "m.html").read_text()
     cells = re.findall(r"<td>([^<]*)</td>", page)
     assert "19.97" in cells and "20" not in cells, cells
+
+
+def test_an_alarm_level_beyond_the_float_range_is_written_and_drawn(tmp_path):
+    """Found by hostile review: a tiny ``alpha`` (``1e-310``, taken by the command line; the alarm itself compares
+    logarithms) made ``1 / alpha`` overflow: the alarm line read "martingale >= inf", the page "1/alpha = inf", and the
+    threshold line was drawn at ``y1="-inf"``, an invalid SVG attribute. The level is written from ``log(alpha)``
+    (``1e+310``) and drawn at ``-log10(alpha)``."""
+    rows = _rows(2500, set())
+    for i, r in enumerate(rows):
+        r["score"] = 10.0 + i  # far above every calibration score: the martingale passes 1e+310
+    groups = [g for g in monitor_status(rows, {"r1": {"calibration_scores": [0.1, 0.2, 0.3], "target_risk": 0.1}},
+                                        alpha=1e-310) if g.site == "A"]
+    assert groups[0].score.alarm is not None
+    alarm = groups[0].alarms()[0]
+    assert "martingale >= 1e+310 at case" in alarm and "inf" not in alarm, alarm
+    page = build_monitor_page(groups, [], VerifyResult(True, 0, ""), tmp_path / "m.html").read_text()
+    assert "alarm: 1/alpha = 1e+310" in page
+    assert not re.findall(r'="[^"]*(?:inf|nan)[^"]*"', page, flags=re.IGNORECASE)
+    lines = re.findall(r'<line[^>]*stroke-dasharray="5 3"[^>]*>', page)
+    ys = {float(y) for ln in lines for y in re.findall(r'y[12]="([^"]*)"', ln)}
+    assert len(ys) == 1 and 0 < ys.pop() < 300  # on the chart, not at its edge or off it
+    assert any("martingale >= 1e+310" in ln for ln in status_table(groups))  # the command's alarm lines
+
+
+def test_a_chart_never_writes_a_non_finite_coordinate():
+    """A reference line or marker at a non-finite value is left out, as a series' non-finite points are."""
+    from monai_unc.report.monitor import svg_chart
+
+    svg = svg_chart("t", [("a", [0, 1, 2], [0, float("inf"), 1])],
+                    hlines=[("up", float("inf")), ("ok", 0.5), ("nan", float("nan"))],
+                    vlines=[("left", float("-inf")), ("mid", 1.0)])
+    assert not re.findall(r'="[^"]*(?:inf|nan)[^"]*"', svg, flags=re.IGNORECASE), svg
+    assert ">ok<" in svg and ">mid<" in svg and ">up<" not in svg and ">left<" not in svg

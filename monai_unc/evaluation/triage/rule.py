@@ -84,6 +84,17 @@ IMAGE_Z_MAX = 5.0
 _MAD_TO_SD = 1.4826
 #: floor of an image statistic's scale, as a fraction of the median p01-p99 intensity range of its channel
 _SCALE_FLOOR = 0.02
+#: the most far image statistics a decision's reason names (the farthest; the others are counted: "and 55 more")
+REASON_STATISTICS = 5
+#: the most characters of those statistics' text in a reason, beyond the first statistic (a name of a rule file is
+#: at most 256 characters, a z-score's text at most 311: the first is always named)
+_REASON_STATISTICS_CHARS = 400
+#: the most characters of a decision's reason. Every part is bounded (a number at most 24 characters, the image part
+#: by the two bounds above): at most about 830 in all, so that the monitoring store, which keeps at most
+#: ``monai_unc.monitoring.store.MAX_TEXT`` characters of a text, records any reason triage writes (found by hostile
+#: review: every statistic of a 12-channel image far from the calibration images gave 1024 characters, and ``monitor
+#: record`` refused the run)
+MAX_REASON = 1000
 
 
 @dataclass(frozen=True)
@@ -515,7 +526,8 @@ class Decision(NamedTuple):
 
     Args:
         decision: ``"accept"`` or ``"review"``.
-        reason: a human-readable reason (every reason that applies, ``"; "``-joined).
+        reason: a human-readable reason (every reason that applies, ``"; "``-joined; at most :data:`MAX_REASON`
+            characters from :meth:`ReferralRule.apply`).
         code: the code of the first reason (``accepted``, ``not_certified``, ``undefined_score``,
             ``outside_range``, ``image_statistics``, ``above_threshold``).
 
@@ -610,6 +622,32 @@ def _threshold_text(score: float, threshold: float) -> str:
     """
     t = ThresholdText.choose(threshold, [score])
     return f"{t.score(score)} {t.relation(t.accepts(score))} threshold {t.bound_text()}"
+
+
+def _far_statistics_text(ref: ImageReference, z: np.ndarray) -> str:
+    """The far statistics a reason names: the farthest, in the reference's order, and how many more are far.
+
+    At most :data:`REASON_STATISTICS` statistics, the farthest first chosen, and beyond the first only while their
+    text stays within ``_REASON_STATISTICS_CHARS`` characters, so that a reason stays within :data:`MAX_REASON`.
+
+    Args:
+        ref: the image reference.
+        z: ``(F,)`` the case's robust z-scores, finite, at least one above ``ref.z_max``.
+
+    Returns:
+        ``"c0_mean z=9.1, c1_std z=12.0"``, with ``", and K more"`` when ``K`` far statistics are not named.
+    """
+    far = [int(j) for j in np.argsort(-z, kind="stable") if z[j] > ref.z_max]
+    shown: list[tuple[int, str]] = []
+    used = 0
+    for j in far[:REASON_STATISTICS]:
+        text = f"{ref.features[j]} z={ref.z_text(z[j])}"
+        if shown and used + 2 + len(text) > _REASON_STATISTICS_CHARS:
+            break
+        shown.append((j, text))
+        used += 2 + len(text)
+    more = len(far) - len(shown)
+    return ", ".join(t for _, t in sorted(shown)) + (f", and {more} more" if more else "")
 
 
 def _range_text(score: float, bounds: tuple[float, float]) -> str:
@@ -1142,7 +1180,8 @@ class ReferralRule:
         (inclusive) and at most the threshold (:func:`~monai_unc.metrics.risk_control.accepted_by_threshold`, the
         rule the certification counted the calibration cases by: an undefined score referred), and its image
         statistics are within ``z_max``; every reason that applies is listed (``"; "``-joined), the first one gives
-        the ``code``.
+        the ``code``. An image far from the calibration images names its farthest statistics (at most
+        :data:`REASON_STATISTICS`) and counts the others, so that a reason has at most :data:`MAX_REASON` characters.
 
         Args:
             scores: ``(N,)`` triage scores of the new cases (NaN = undefined).
@@ -1192,9 +1231,8 @@ class ReferralRule:
                 elif v < rng[0] or v > rng[1]:
                     reasons.append(("outside_range", f"score {_range_text(v, rng)}"))
             if z is not None and ref is not None and np.isfinite(z[i]).all() and z[i].max() > ref.z_max:
-                far = [f"{n} z={ref.z_text(zz)}" for n, zz in zip(ref.features, z[i]) if zz > ref.z_max]
-                reasons.append(("image_statistics", f"image far from the calibration images ({', '.join(far)} > "
-                                f"{ref.z_max:g})"))
+                reasons.append(("image_statistics", f"image far from the calibration images "
+                                f"({_far_statistics_text(ref, z[i])} > {ref.z_max:g})"))
             if self.feasible and math.isfinite(v) and not by_score[i]:
                 reasons.append(("above_threshold", f"score {_threshold_text(v, self.threshold)}"))
             if reasons:
