@@ -18,7 +18,7 @@ from ..engine import CaseCache
 from ..engine.records import record_cache_hooks
 from ..io import INFER_RECORD, CaseFiles, check_volume_entry, file_sha256, is_seg_label, volume_files
 from .case import CaseResult
-from .config import EvaluationConfig, dice_columns
+from .config import UNREPEATABLE, EvaluationConfig, dice_columns
 
 __all__ = ["CASE_FIELDS", "CASES_DIR", "file_signature", "map_signature", "case_fingerprint", "case_config_fingerprint",
            "case_cache", "save_case_state", "load_case_state", "input_signatures", "check_inputs_unchanged",
@@ -432,13 +432,40 @@ def _record_derived(doc: dict[str, Any]) -> Mapping[str, Any]:
     return record.get("derived") or {}
 
 
+def _resumable(restore: Callable[[Path, dict[str, Any], Any], Any]) -> Callable[[Path, dict[str, Any], Any], Any]:
+    """``restore`` refusing a state saved under a case metric whose name no run can repeat.
+
+    Such a name ends in :data:`~monai_unc.evaluation.config.UNREPEATABLE` (a bound argument whose text holds a memory
+    address): it cannot tell its argument from another one, so the state is refused (``KeyError``: the case is
+    computed again) whatever the current fingerprint.
+    """
+
+    def restore_repeatable(state_folder: Path, doc: dict[str, Any], item: Any) -> Any:
+        config = (doc.get("fingerprint") or {}).get("config") or {}
+        names = config.get("case_metric_names") if isinstance(config, dict) else None
+        if isinstance(names, dict) and any(str(n).endswith(UNREPEATABLE) for n in names.values()):
+            raise KeyError(f"the saved state of case {doc.get('case')!r} was computed with a case metric whose "
+                           "arguments no run can repeat")
+        return restore(state_folder, doc, item)
+
+    return restore_repeatable
+
+
+def _hooks() -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The ``dump`` / ``restore`` hooks of an evaluation's per-case states."""
+    dump, restore = map_digest_hooks(*record_cache_hooks(CaseResult, _attach_files), _record_derived)
+    return dump, _resumable(restore)
+
+
 def case_cache(folder: str | os.PathLike, config: EvaluationConfig) -> CaseCache:
     """The resume state of an evaluation in ``folder`` (``<output>/state/cases/``).
 
     It is meant for :func:`monai_unc.engine.run_cases`, keyed by :func:`case_fingerprint`; a result is a
     :class:`CaseResult` (with its files and number of classes), saved as its record (:meth:`CaseResult.to_record`):
     ``<case>.npz``, every state of the case (histograms, the products' states), then ``<case>.json``
-    (row, warnings, fingerprint; written last, it marks the case finished).
+    (row, warnings, fingerprint; written last, it marks the case finished). A state saved under a case metric whose
+    name ends in :data:`~monai_unc.evaluation.config.UNREPEATABLE` (a bound argument no run can repeat) is never
+    reused.
 
     Args:
         folder: the folder of the per-case states.
@@ -447,13 +474,13 @@ def case_cache(folder: str | os.PathLike, config: EvaluationConfig) -> CaseCache
     Returns:
         The :class:`~monai_unc.engine.CaseCache`.
     """
-    dump, restore = map_digest_hooks(*record_cache_hooks(CaseResult, _attach_files), _record_derived)
+    dump, restore = _hooks()
     return CaseCache(folder, lambda files: case_fingerprint(files, config), dump=dump, restore=restore)
 
 
 def _fixed(folder: str | os.PathLike, fingerprint: Mapping[str, Any]) -> CaseCache:
     """A cache whose every case has the given fingerprint (for :func:`save_case_state`, :func:`load_case_state`)."""
-    dump, restore = map_digest_hooks(*record_cache_hooks(CaseResult, _attach_files), _record_derived)
+    dump, restore = _hooks()
     return CaseCache(folder, lambda _: fingerprint, dump=dump, restore=restore)
 
 

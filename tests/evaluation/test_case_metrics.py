@@ -10,6 +10,7 @@ on 2 gloo ranks with torchrun's variables (the same ``metrics.csv`` as one proce
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 import warnings
@@ -242,6 +243,63 @@ def test_torchrun_two_ranks_equal_one_process(classes, regions, tmp_path):
         a.pop("config"), b.pop("config")
         a.get("case_metrics", {}).pop("functions", None), b.get("case_metrics", {}).pop("functions", None)
         assert a == b
+
+
+def threshold_value(task, threshold):
+    """A metric parametrised by a threshold whose value is the threshold: which one a row was computed with shows."""
+    CALLS.append(str(task.name))
+    return float(threshold)
+
+
+def test_resume_under_another_partial_argument_computes_the_cases_again(classes, tmp_path, monkeypatch):
+    """Issue: every ``functools.partial`` was fingerprinted as ``functools.partial``, so an evaluation interrupted
+    under ``threshold=0.3`` and resumed under ``threshold=0.7`` wrote a column of both values, exit 0."""
+    import monai_unc.evaluation.runner as runner
+
+    out = tmp_path / "ev"
+    config = lambda t: EvaluationConfig(case_metrics={"m": functools.partial(threshold_value, threshold=t)})  # noqa
+    real, n = runner.evaluate_case, [0]
+
+    def interrupted_after_two(*args, **kwargs):
+        if n[0] == 2:
+            raise KeyboardInterrupt
+        n[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "evaluate_case", interrupted_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        _evaluate(classes["labels"], classes["predictions"], out, config(0.3))
+    monkeypatch.setattr(runner, "evaluate_case", real)
+    CALLS.clear()
+    _, summary, paths = _evaluate(classes["labels"], classes["predictions"], out, config(0.7))
+    assert [r["m"] for r in _rows(paths["metrics"])] == ["0.7"] * 3
+    assert len(CALLS) == 3  # every case computed again
+    assert summary["case_metrics"]["functions"] == {"m": f"functools.partial({__name__}.threshold_value, "
+                                                         "threshold=0.7)"}
+    CALLS.clear()
+    _evaluate(classes["labels"], classes["predictions"], out, config(0.7))
+    assert CALLS == []  # the same partial resumes
+
+
+def test_a_partial_of_an_argument_without_repeatable_text_is_never_resumed(classes, tmp_path):
+    """A bound argument whose repr holds a memory address cannot be told from another one by a later run: its saved
+    rows are never reused (every case is computed again), not reused on the function's name alone."""
+    out = tmp_path / "ev"
+    for _ in range(2):
+        CALLS.clear()
+        config = EvaluationConfig(case_metrics={"m": functools.partial(threshold_value, threshold=_Opaque())})
+        _evaluate(classes["labels"], classes["predictions"], out, config)
+        assert len(CALLS) == 3
+    CALLS.clear()
+    _evaluate(classes["labels"], classes["predictions"], out, config)  # not even the same object in one process
+    assert len(CALLS) == 3
+
+
+class _Opaque:
+    """An argument with the default repr (``<... object at 0x...>``)."""
+
+    def __float__(self):
+        return 0.5
 
 
 def test_bad_case_metrics_are_refused():
