@@ -186,7 +186,10 @@ def evaluate_shard(
     Args:
         cases: the cases' files (any subset of a cohort).
         config: the evaluation options (validated here).
-        cache: the per-case resume folder (``<output>/state/cases``), or None for no resume.
+        cache: the per-case resume folder (``<output>/state/cases``), or None for no resume. The shard writes no
+            derived map: a case without map files of its own but with probabilities is saved without the maps
+            :func:`run_evaluate` derives into ``<output>/maps``, so a later :func:`run_evaluate` into ``<output>``
+            computes it again (:func:`case_cache`) rather than reuse it without its maps.
         failures: a list to collect ``(case_id, exception)`` of failing cases in, or None to raise the first error.
         on_failure: called as ``on_failure(case_id, exception)`` for each failing case (with ``failures``).
         progress: show a progress bar.
@@ -658,7 +661,7 @@ def _run_evaluate(
     maps = output.absolute() / DERIVED_MAPS_DIR
 
     run = run_cases(listing, lambda f: _evaluate_record(f, config, maps), command="monai-unc evaluate", ctx=ctx,
-                    cache=case_cache(output / STATE_DIR / CASES_DIR, config) if resume else None,
+                    cache=case_cache(output / STATE_DIR / CASES_DIR, config, maps) if resume else None,
                     summarize=finish, on_failed=stale, failures_file=output / "failures.json", pack=pack,
                     unpack=unpack, progress=progress, desc="evaluate", on_failure=on_failure, lock=output,
                     agree=lambda cases: _rank_agreement(cases, config))
