@@ -473,9 +473,29 @@ def _with_derived_maps(restore: Callable[[Path, dict[str, Any], Any], Any],
     return restore_with_maps
 
 
+def _with_map_digests(restore: Callable[[Path, dict[str, Any], Any], Any]
+                      ) -> Callable[[Path, dict[str, Any], Any], Any]:
+    """``restore`` giving a resumed result the sha256 of its derived maps where its record has none.
+
+    A record written before ``derived_sha256`` was kept gets those of the state's ``maps_sha256``, which
+    :func:`map_digest_hooks` checked against the files before.
+    """
+
+    def restore_with_digests(state_folder: Path, doc: dict[str, Any], item: Any) -> Any:
+        result = restore(state_folder, doc, item)
+        digests = doc.get("maps_sha256")
+        if isinstance(result, CaseResult) and result.derived and not result.derived_sha256 and isinstance(digests,
+                                                                                                        dict):
+            result.derived_sha256 = {m: str(digests[p]) for m, p in result.derived.items() if p in digests}
+        return result
+
+    return restore_with_digests
+
+
 def _hooks(maps: str | os.PathLike | None = None) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """The ``dump`` / ``restore`` hooks of an evaluation's per-case states (``maps``: the folder of derived maps)."""
     dump, restore = map_digest_hooks(*record_cache_hooks(CaseResult, _attach_files), _record_derived)
+    restore = _with_map_digests(restore)
     if maps is not None:
         restore = _with_derived_maps(restore, Path(maps))
     return dump, _resumable(restore)
