@@ -97,6 +97,17 @@ def test_a_rerun_killed_after_writing_a_map_leaves_no_earlier_summary(tmp_path, 
         assert not [p for p in cohort_files if p.exists()]  # no summary of run A beside a map of run B
         monkeypatch.setattr(runner, "evaluate_case", real_case)
         written.clear()
-        # the same command as the first run again: its cases resumed (no map written), its outputs back
+        # the same command as the first run again: the case whose map was replaced is evaluated again (its map no
+        # longer the one its state records), the others resumed; its outputs are back
         run_evaluate(a["labels"], a["predictions"], out, EvaluationConfig())
+    assert written == [False]
     assert all(p.is_file() for p in cohort_files)
+    import hashlib
+    import json
+
+    recorded = json.loads((out / "state" / "rows.json").read_text())["derived_maps_sha256"]
+    assert sorted(recorded) == ["toy000", "toy001", "toy002"]  # resumed cases too
+    for cid, digests in recorded.items():
+        assert sorted(digests) == ["one_minus_max_prob", "predictive_entropy"]
+        for measure, digest in digests.items():
+            assert hashlib.sha256((out / "maps" / f"{cid}_{measure}.nii.gz").read_bytes()).hexdigest() == digest
