@@ -295,6 +295,35 @@ def test_a_partial_of_an_argument_without_repeatable_text_is_never_resumed(class
     assert len(CALLS) == 3
 
 
+def _partial_rank(rank: int, port: int, labels: Path, pred: Path, out: Path, logs: Path) -> None:
+    """One forked rank of a 2-rank job whose ranks bind another threshold: what it raised, in ``logs/rank<r>``."""
+    os.environ.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port), OMP_NUM_THREADS="1", MONAI_UNC_DIST_TIMEOUT="60")
+    torch.set_num_threads(1)
+    config = EvaluationConfig(case_metrics={"m": functools.partial(threshold_value, threshold=(0.3, 0.7)[rank])})
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            run_evaluate(labels, pred, out, config, progress=False)
+        text = "ok"
+    except Exception as e:  # noqa: BLE001 - the test reads what each rank raised
+        text = f"{type(e).__name__}: {e}"
+    (logs / f"rank{rank}").write_text(text)
+
+
+def test_ranks_given_other_partial_arguments_are_refused(classes, tmp_path):
+    """Issue: ranks of one job given ``partial(metric, threshold=0.3)`` and ``threshold=0.7`` passed the rank
+    agreement (both named ``functools.partial``) and mixed rows of both into one ``metrics.csv``."""
+    out, logs = tmp_path / "ev", tmp_path / "logs"
+    logs.mkdir()
+    run_forked_ranks(_partial_rank, (free_port(), classes["labels"], classes["predictions"], out, logs), 2,
+                     wait_s=180)
+    for rank in range(2):
+        text = (logs / f"rank{rank}").read_text()
+        assert "other options or inputs than rank 0" in text and "case_metric_names changed" in text, text
+    assert not (out / "metrics.csv").exists()
+
+
 class _Opaque:
     """An argument with the default repr (``<... object at 0x...>``)."""
 
