@@ -671,7 +671,7 @@ def _run_evaluate(
         A map written to ``maps/`` replaces an earlier run's map of the same name (a rerun on other predictions, or
         on predictions written again) at once, while the cohort files are replaced at the summary step: a run killed
         in between left the earlier summary with this run's maps, and the report drew them together (found by hostile
-        review). The earlier outputs are removed first (:func:`stale`), on every rank that writes a map (each one
+        testing). The earlier outputs are removed first (:func:`stale`), on every rank that writes a map (each one
         can be killed); the same command again resumes the finished cases and writes them anew.
         """
         if not invalidated:
