@@ -121,6 +121,9 @@ class CohortState:
         region_histograms: ``{region: per-case binary histogram}``.
         curves: ``{case id: QU-BraTS curves}`` (:class:`~monai_unc.evaluation.rows.CaseResult`).
         product_states: ``{case id: {product name: state}}``.
+        derived_maps: ``{case id: {measure: path}}`` of the maps evaluate derived from the probabilities.
+        derived_maps_sha256: ``{case id: {measure: sha256 hex}}`` of those files as written (the report refuses a map
+            that is another file now).
 
     Example:
         >>> a = CohortState(num_classes=2, n_fine_bins=240, rows=[{"case": "b", "dice": 0.7}])
@@ -142,6 +145,9 @@ class CohortState:
     product_states: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: ``{case id: {measure: path}}``: the maps evaluate derived from the probabilities of cases without map files
     derived_maps: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: ``{case id: {measure: sha256 hex}}`` of the files of ``derived_maps`` as evaluate wrote them: the report draws a
+    #: map only while it is that file (another run may have written its own map of the same name since)
+    derived_maps_sha256: dict[str, dict[str, str]] = field(default_factory=dict)
     #: the case ids of ``rows`` and the ``(id(rows), len(rows))`` they were read from (:meth:`_holds_case`)
     _row_ids: set[Any] = field(default_factory=set, init=False, repr=False, compare=False)
     _row_ids_of: tuple[int, int] = field(default=(0, -1), init=False, repr=False, compare=False)
@@ -194,6 +200,8 @@ class CohortState:
             self.product_states[str(cid)] = dict(result.states)
         if result.derived:
             self.derived_maps[str(cid)] = dict(result.derived)
+        if result.derived_sha256:
+            self.derived_maps_sha256[str(cid)] = dict(result.derived_sha256)
         self.warnings.extend(result.warnings)
         if files is not None:
             self.files[cid] = files.to_json()
@@ -243,6 +251,7 @@ class CohortState:
         self.curves.update(other.curves)
         self.product_states.update(other.product_states)
         self.derived_maps.update(other.derived_maps)
+        self.derived_maps_sha256.update(other.derived_maps_sha256)
         self.warnings.extend(other.warnings)
         self.files.update(other.files)
         return self
@@ -293,6 +302,8 @@ class CohortState:
             meta["curves"] = self.curves
         if self.derived_maps:
             meta["derived_maps"] = self.derived_maps
+        if self.derived_maps_sha256:
+            meta["derived_maps_sha256"] = self.derived_maps_sha256
         regions = StateGroup(self.region_histograms) if self.region_histograms else None
         products = (StateGroup({c: StateGroup(s) for c, s in sorted(self.product_states.items())})
                     if self.product_states else None)
@@ -345,7 +356,8 @@ class CohortState:
         state = cls(int(meta["num_classes"]), int(meta["n_fine_bins"]), rows,
                     warnings=list(meta.get("warnings", [])), files=dict(meta.get("files", {})),
                     regions=meta.get("regions"), curves=dict(meta.get("curves") or {}),
-                    derived_maps=dict(meta.get("derived_maps") or {}))
+                    derived_maps=dict(meta.get("derived_maps") or {}),
+                    derived_maps_sha256=dict(meta.get("derived_maps_sha256") or {}))
         hp = folder / "histogram.npz"
         ids = {str(r["case"]) for r in rows}
         if hp.is_file():
@@ -459,7 +471,7 @@ def check_state_rows(meta: Any, source: str) -> None:
             isinstance(v, list) and all(is_count(x) for x in v) for v in regions.values())):
         raise bad("field 'regions'", "an object {region: [labels]} (the region spec, in channel order) or null",
                   regions)
-    for name in ("curves", "files", "derived_maps"):
+    for name in ("curves", "files", "derived_maps", "derived_maps_sha256"):
         if meta.get(name) is not None and not isinstance(meta[name], dict):
             raise bad(f"field {name!r}", "an object or null", meta[name])
     if meta.get("warnings") is not None and not is_text_list(meta["warnings"]):
@@ -476,6 +488,9 @@ def check_state_rows(meta: Any, source: str) -> None:
     for cid, maps in (meta.get("derived_maps") or {}).items():
         if not isinstance(maps, dict) or not all(isinstance(v, str) for v in maps.values()):
             raise bad(f"derived_maps of case {cid!r}", "an object {measure: path}", maps)
+    for cid, digests in (meta.get("derived_maps_sha256") or {}).items():
+        if not isinstance(digests, dict) or not all(isinstance(v, str) for v in digests.values()):
+            raise bad(f"derived_maps_sha256 of case {cid!r}", "an object {measure: sha256 hex}", digests)
     lengths: dict[str, tuple[str, int]] = {}  # grid -> (first case, its number of thresholds)
     for cid, curve in (meta.get("curves") or {}).items():  # the QU-BraTS curves the report averages
         _check_state_curve(curve, list(regions or ()), f"{source}: curves of case {cid!r}")

@@ -6,6 +6,9 @@ The column groups are those of ``metrics.csv``. The metrics themselves are descr
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import inspect
 import math
 import os
 import re
@@ -45,6 +48,8 @@ __all__ = [
     "parse_score_column",
     "check_risk_options",
     "check_ignore_label",
+    "callable_name",
+    "UNREPEATABLE",
 ]
 
 CALIBRATION_COLUMNS = ("ece", "classwise_ece", "all_label_ece", "ace", "mce", "uce", "nll", "brier")
@@ -60,6 +65,83 @@ MAX_BINS = 4096
 STATE_DIR = "state"
 #: sub-folder of an evaluation output holding the maps derived from the probabilities of cases without map files
 DERIVED_MAPS_DIR = "maps"
+
+
+#: the end of a :func:`callable_name` that no other run can repeat (an argument whose text holds a memory address): a
+#: per-case state saved under it is never reused (:func:`monai_unc.evaluation.case_cache`)
+UNREPEATABLE = " [unrepeatable argument: never resumed]"
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _argument_text(value: Any) -> str:
+    """The text of a bound argument in :func:`callable_name`: its repr, a function by its name, an array by content."""
+    if isinstance(value, np.ndarray):  # its repr elides the middle of a long array: the bytes instead
+        data = np.ascontiguousarray(value)
+        digest = hashlib.sha256(data.tobytes() if data.dtype != object else repr(data.tolist()).encode()).hexdigest()
+        return f"ndarray(shape={tuple(value.shape)}, dtype={value.dtype}, sha256={digest})"
+    if type(value).__module__ == "torch" and type(value).__name__ in ("Tensor", "Parameter"):
+        return "torch." + _argument_text(value.detach().cpu().numpy())
+    if isinstance(value, (tuple, list)):
+        inner = ", ".join(_argument_text(v) for v in value)
+        return f"({inner}{',' if len(value) == 1 else ''})" if isinstance(value, tuple) else f"[{inner}]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_argument_text(k)}: {_argument_text(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (set, frozenset)):
+        return f"{type(value).__name__}({sorted(_argument_text(v) for v in value)})"
+    if callable(value) and not isinstance(value, (str, bytes, int, float, complex, np.generic)):
+        return _callable_text(value)
+    return repr(value)
+
+
+def _callable_text(fn: Any) -> str:
+    """:func:`callable_name` without the check for an address."""
+    if isinstance(fn, functools.partial):  # nested ones too (those Python does not flatten itself)
+        parts = [_callable_text(fn.func), *(_argument_text(a) for a in fn.args),
+                 *(f"{k}={_argument_text(v)}" for k, v in sorted(fn.keywords.items()))]
+        return f"{type(fn).__module__}.{type(fn).__qualname__}({', '.join(parts)})"
+    if inspect.ismethod(fn):  # a bound method: what it is bound to counts
+        return f"{fn.__func__.__module__}.{fn.__func__.__qualname__} of {_argument_text(fn.__self__)}"
+    if isinstance(fn, type) or inspect.isroutine(fn):
+        return f"{getattr(fn, '__module__', None)}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
+    # an object with __call__: its class and its state as its repr gives it
+    return f"{type(fn).__module__}.{type(fn).__qualname__} {fn!r}"
+
+
+def callable_name(fn: Callable[..., Any]) -> str:
+    """The name of a user function that the resume fingerprint records (:attr:`EvaluationConfig.case_metric_names`).
+
+    A function (or class, or builtin) is named by its qualified name ``module.qualname``; a
+    :class:`functools.partial` by its class and the name of what it wraps followed by its positional arguments and
+    its keywords in name order (``functools.partial(mod.fn, 0.3, threshold=0.7)``; nested partials likewise); a bound
+    method by its function and what it is bound to (``mod.Class.method of <repr>``); any other callable object by its
+    class and its ``repr``. An argument is written as its ``repr``, a function by its name, a numpy array or a torch
+    tensor by its shape, dtype and the sha256 of its bytes (its repr elides the middle of a long one), and tuples,
+    lists, dicts and sets element by element.
+
+    Arguments whose text holds a memory address (``' at 0x'``: an object with the default ``repr``) name nothing
+    another run can repeat: the address is left out (ranks of one job still compare the function and the argument's
+    type) and the name ends in :data:`UNREPEATABLE`, so that a per-case state saved under it is never reused (every
+    case is computed again). The body of a function is not part of its name: changing it under the same name is not
+    seen.
+
+    Args:
+        fn: the callable.
+
+    Returns:
+        Its name.
+
+    Example:
+        >>> import functools, math
+        >>> callable_name(functools.partial(math.isclose, rel_tol=0.1))
+        'functools.partial(math.isclose, rel_tol=0.1)'
+        >>> callable_name(functools.partial(math.isclose, b=object())).endswith(UNREPEATABLE)
+        True
+    """
+    text = _callable_text(fn)
+    if _ADDRESS.search(text):
+        return _ADDRESS.sub("", text) + UNREPEATABLE
+    return text
 
 
 def _kept(char: str) -> bool:
@@ -214,8 +296,10 @@ class EvaluationConfig:
             and summarised as the mean over the cases of its finite values (cases left out counted in a warning;
             ``summary.json``, ``case_metrics``; per region under
             ``regions.per_region.<name>.case_metrics``). A name is letters, digits and ``_``; the functions'
-            qualified names are part of the resume fingerprint (:attr:`case_metric_names`), so changing the metric
-            set recomputes the cases (changing a function's body under the same name does not).
+            qualified names, with the arguments a :class:`functools.partial` binds, are part of the resume fingerprint
+            (:attr:`case_metric_names`, :func:`callable_name`), so changing the metric set or a bound argument
+            recomputes the cases (changing a function's body under the same name does not; a metric bound to an
+            argument whose repr holds a memory address is never resumed).
         products: the cohort products to compute besides the evaluation's own metrics (:mod:`monai_unc.product`):
             instances of registered :class:`~monai_unc.product.CohortProduct` subclasses, with distinct names. Each
             one's per-case state is computed and resumed with the case, its artifact fitted on the calibration cases
@@ -590,14 +674,15 @@ class EvaluationConfig:
 
     @property
     def case_metric_names(self) -> dict[str, str] | None:
-        """``{name: qualified name of the function}`` of :attr:`case_metrics` (None without).
+        """``{name: name of the function}`` of :attr:`case_metrics` (None without), as :func:`callable_name` gives it.
 
-        This is what the resume fingerprint and ``summary.json`` record.
+        This is what the resume fingerprint and ``summary.json`` record: a function's qualified name; a
+        :class:`functools.partial` with the arguments it binds (another threshold is another metric); a name ending in
+        :data:`UNREPEATABLE` (an argument whose text holds a memory address) is never resumed.
         """
         if self.case_metrics is None:
             return None
-        return {name: f"{getattr(fn, '__module__', None)}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
-                for name, fn in self.case_metrics.items()}
+        return {name: callable_name(fn) for name, fn in self.case_metrics.items()}
 
     @property
     def region_names(self) -> list[str]:

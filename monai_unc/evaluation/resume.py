@@ -18,7 +18,8 @@ from ..engine import CaseCache
 from ..engine.records import record_cache_hooks
 from ..io import INFER_RECORD, CaseFiles, check_volume_entry, file_sha256, is_seg_label, volume_files
 from .case import CaseResult
-from .config import EvaluationConfig, dice_columns
+from .config import UNREPEATABLE, EvaluationConfig, dice_columns
+from .rows import DERIVED_MEASURES, derived_map_path
 
 __all__ = ["CASE_FIELDS", "CASES_DIR", "file_signature", "map_signature", "case_fingerprint", "case_config_fingerprint",
            "case_cache", "save_case_state", "load_case_state", "input_signatures", "check_inputs_unchanged",
@@ -432,28 +433,108 @@ def _record_derived(doc: dict[str, Any]) -> Mapping[str, Any]:
     return record.get("derived") or {}
 
 
-def case_cache(folder: str | os.PathLike, config: EvaluationConfig) -> CaseCache:
+def _resumable(restore: Callable[[Path, dict[str, Any], Any], Any]) -> Callable[[Path, dict[str, Any], Any], Any]:
+    """``restore`` refusing a state saved under a case metric whose name no run can repeat.
+
+    Such a name ends in :data:`~monai_unc.evaluation.config.UNREPEATABLE` (a bound argument whose text holds a memory
+    address): it cannot tell its argument from another one, so the state is refused (``KeyError``: the case is
+    computed again) whatever the current fingerprint.
+    """
+
+    def restore_repeatable(state_folder: Path, doc: dict[str, Any], item: Any) -> Any:
+        config = (doc.get("fingerprint") or {}).get("config") or {}
+        names = config.get("case_metric_names") if isinstance(config, dict) else None
+        if isinstance(names, dict) and any(str(n).endswith(UNREPEATABLE) for n in names.values()):
+            raise KeyError(f"the saved state of case {doc.get('case')!r} was computed with a case metric whose "
+                           "arguments no run can repeat")
+        return restore(state_folder, doc, item)
+
+    return restore_repeatable
+
+
+def _with_derived_maps(restore: Callable[[Path, dict[str, Any], Any], Any],
+                       maps: Path) -> Callable[[Path, dict[str, Any], Any], Any]:
+    """``restore`` refusing a state that does not name the derived maps a run writing them to ``maps`` needs.
+
+    A case without map files of its own but with probabilities has its maps derived and written to ``maps``
+    (``<output>/maps``: :func:`~monai_unc.evaluation.rows.derived_map_path`, one per
+    :data:`~monai_unc.evaluation.rows.DERIVED_MEASURES`); a state saved without them (by
+    :func:`~monai_unc.evaluation.runner.evaluate_shard`, which writes no map, or naming another folder's) is refused
+    (``KeyError``: the case is computed again, and its maps written), never reused without its maps.
+    """
+    def restore_with_maps(state_folder: Path, doc: dict[str, Any], item: Any) -> Any:
+        if isinstance(item, CaseFiles) and not item.maps and item.probs is not None:
+            expected = {m: str(derived_map_path(maps, item.case_id, m)) for m in DERIVED_MEASURES}
+            saved = _record_derived(doc)
+            if not isinstance(saved, Mapping) or {str(k): str(v) for k, v in saved.items()} != expected:
+                raise KeyError(f"the saved state of case {item.case_id!r} does not name the maps derived into {maps}")
+        return restore(state_folder, doc, item)
+
+    return restore_with_maps
+
+
+def _with_map_digests(restore: Callable[[Path, dict[str, Any], Any], Any]
+                      ) -> Callable[[Path, dict[str, Any], Any], Any]:
+    """``restore`` giving a resumed result the sha256 of its derived maps where its record has none.
+
+    A record written before ``derived_sha256`` was kept gets those of the state's ``maps_sha256``, which
+    :func:`map_digest_hooks` checked against the files before.
+    """
+
+    def restore_with_digests(state_folder: Path, doc: dict[str, Any], item: Any) -> Any:
+        result = restore(state_folder, doc, item)
+        digests = doc.get("maps_sha256")
+        if isinstance(result, CaseResult) and result.derived and not result.derived_sha256 and isinstance(digests,
+                                                                                                        dict):
+            result.derived_sha256 = {m: str(digests[p]) for m, p in result.derived.items() if p in digests}
+        return result
+
+    return restore_with_digests
+
+
+def _hooks(maps: str | os.PathLike | None = None) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The ``dump`` / ``restore`` hooks of an evaluation's per-case states (``maps``: the folder of derived maps)."""
+    dump, restore = map_digest_hooks(*record_cache_hooks(CaseResult, _attach_files), _record_derived)
+    restore = _with_map_digests(restore)
+    if maps is not None:
+        restore = _with_derived_maps(restore, Path(maps))
+    return dump, _resumable(restore)
+
+
+def case_cache(folder: str | os.PathLike, config: EvaluationConfig,
+               maps: str | os.PathLike | None = None) -> CaseCache:
     """The resume state of an evaluation in ``folder`` (``<output>/state/cases/``).
 
     It is meant for :func:`monai_unc.engine.run_cases`, keyed by :func:`case_fingerprint`; a result is a
     :class:`CaseResult` (with its files and number of classes), saved as its record (:meth:`CaseResult.to_record`):
     ``<case>.npz``, every state of the case (histograms, the products' states), then ``<case>.json``
-    (row, warnings, fingerprint; written last, it marks the case finished).
+    (row, warnings, fingerprint; written last, it marks the case finished). A state saved under a case metric whose
+    name ends in :data:`~monai_unc.evaluation.config.UNREPEATABLE` (a bound argument no run can repeat) is never
+    reused.
+
+    Which derived maps a case's state names is part of what makes it reusable: with ``maps`` (the folder the run
+    writes the maps derived from the probabilities of a case without map files to, ``<output>/maps`` of
+    :func:`~monai_unc.evaluation.run_evaluate`), the state of such a case is reused only when it names exactly those
+    maps in that folder (each still there with the sha256 recorded, :func:`map_digest_hooks`); a state saved without
+    them (:func:`~monai_unc.evaluation.runner.evaluate_shard`, which writes no map, into the same folder) is computed
+    again and its maps written. Without ``maps`` (a run that writes none) a state with or without derived maps is
+    reused.
 
     Args:
         folder: the folder of the per-case states.
         config: the evaluation's options (the per-case ones enter the fingerprint).
+        maps: the folder of the derived maps the run writes, or None (it writes none).
 
     Returns:
         The :class:`~monai_unc.engine.CaseCache`.
     """
-    dump, restore = map_digest_hooks(*record_cache_hooks(CaseResult, _attach_files), _record_derived)
+    dump, restore = _hooks(maps)
     return CaseCache(folder, lambda files: case_fingerprint(files, config), dump=dump, restore=restore)
 
 
 def _fixed(folder: str | os.PathLike, fingerprint: Mapping[str, Any]) -> CaseCache:
     """A cache whose every case has the given fingerprint (for :func:`save_case_state`, :func:`load_case_state`)."""
-    dump, restore = map_digest_hooks(*record_cache_hooks(CaseResult, _attach_files), _record_derived)
+    dump, restore = _hooks()
     return CaseCache(folder, lambda _: fingerprint, dump=dump, restore=restore)
 
 

@@ -99,6 +99,8 @@ class CaseResult:
         states: ``{product name: state}`` of ``EvaluationConfig.products``.
         files: the case's files (set by the evaluation's per-case step).
         num_classes: the case's number of classes (regions), set with ``files``.
+        derived: ``{measure: path}`` of the maps the evaluation derived and wrote for a case without map files.
+        derived_sha256: ``{measure: sha256 hex}`` of those files as written.
 
     Example:
         >>> result = CaseResult({"case": "a", "dice": 0.9}, None)
@@ -124,6 +126,9 @@ class CaseResult:
     #: ``{measure: path}`` of the maps the evaluation derived from the probabilities and wrote (``<output>/maps``), for
     #: a case without map files; ``files`` stays the case's own files (what a rule's score is computed from)
     derived: dict[str, str] = field(default_factory=dict)
+    #: ``{measure: sha256 hex}`` of each file of ``derived`` as written (the report draws a map only while it is that
+    #: file)
+    derived_sha256: dict[str, str] = field(default_factory=dict)
 
     def all_states(self) -> dict[str, Any]:
         """Every mergeable state of the case by name.
@@ -157,6 +162,8 @@ class CaseResult:
                "files": None if self.files is None else self.files.to_json(),
                "num_classes": None if self.num_classes is None else int(self.num_classes),
                "products": list(self.states), "derived": dict(self.derived)}
+        if self.derived_sha256:  # only then: the record of a case without derived maps is as before
+            doc["derived_sha256"] = dict(self.derived_sha256)
         return doc, pack_states(self.all_states())
 
     @classmethod
@@ -189,7 +196,8 @@ class CaseResult:
                    states=products,
                    files=None if files is None else CaseFiles.from_json(files),
                    num_classes=None if n is None else int(n),
-                   derived={str(k): str(v) for k, v in (doc.get("derived") or {}).items()})
+                   derived={str(k): str(v) for k, v in (doc.get("derived") or {}).items()},
+                   derived_sha256={str(k): str(v) for k, v in (doc.get("derived_sha256") or {}).items()})
 
 
 #: the prefix of a product's state among :meth:`CaseResult.all_states`

@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from ..io import (
     check_output_kind,
     check_reference_folder,
     clean_partial_files,
+    file_sha256,
     is_seg_label,
     load_case,
     match_cases,
@@ -116,22 +117,27 @@ def _num_classes(loaded: Any, config: EvaluationConfig) -> int:
     return int(n_cls)
 
 
-def _evaluate_record(files: CaseFiles, config: EvaluationConfig, maps: Path | None = None) -> CaseResult:
+def _evaluate_record(files: CaseFiles, config: EvaluationConfig, maps: Path | None = None,
+                     before_write: Callable[[], None] | None = None) -> CaseResult:
     """The per-case step of the engine: :func:`evaluate_files` as one :class:`CaseResult`.
 
     The files and number of classes are attached, so the result is a
     :class:`~monai_unc.engine.records.CaseRecord`. With ``maps`` (a folder) the maps derived from the probabilities
-    of a case without map files are written there (:func:`write_derived_maps`) and recorded in ``result.derived``.
+    of a case without map files are written there (:func:`write_derived_maps`, ``before_write()`` called first) and
+    recorded in ``result.derived``, with the sha256 of each file in ``result.derived_sha256``.
     """
     loaded, read = _load_recording(files, config)
     written: dict[str, Path] = {}
     if maps is not None and not loaded.maps and loaded.probs is not None:
         derived = derived_maps(loaded)  # once: the row scores these maps (as given maps) and the report draws them
+        if before_write is not None:
+            before_write()
         written = write_derived_maps(loaded, maps, derived)
         loaded = dataclasses.replace(loaded, maps=derived, derived=tuple(derived))
     result = evaluate_case(loaded, config)
     result.warnings = sorted(set(result.warnings) | set(read))
     result.derived = {m: str(p) for m, p in written.items()}
+    result.derived_sha256 = {m: file_sha256(p) for m, p in written.items()}
     result.files, result.num_classes = files, _num_classes(loaded, config)
     return result
 
@@ -186,7 +192,10 @@ def evaluate_shard(
     Args:
         cases: the cases' files (any subset of a cohort).
         config: the evaluation options (validated here).
-        cache: the per-case resume folder (``<output>/state/cases``), or None for no resume.
+        cache: the per-case resume folder (``<output>/state/cases``), or None for no resume. The shard writes no
+            derived map: a case without map files of its own but with probabilities is saved without the maps
+            :func:`run_evaluate` derives into ``<output>/maps``, so a later :func:`run_evaluate` into ``<output>``
+            computes it again (:func:`case_cache`) rather than reuse it without its maps.
         failures: a list to collect ``(case_id, exception)`` of failing cases in, or None to raise the first error.
         on_failure: called as ``on_failure(case_id, exception)`` for each failing case (with ``failures``).
         progress: show a progress bar.
@@ -459,7 +468,8 @@ def run_evaluate(
     stderr line with the case id), rank 0 writes ``failures.json`` instead of the cohort files, and every rank raises
     :class:`~monai_unc.engine.CasesFailed` (a ``CaseError``) at the end; the finished cases stay saved, so the
     same call resumes after the bad cases are fixed. Errors before the per-case loop (bad folders, options) raise
-    on every rank.
+    on every rank. A rank about to write its first derived map (``<output>/maps``) removes an earlier run's cohort
+    files first: a run stopped before its summary step leaves no earlier summary beside its maps.
 
     The cohort is the cases with both a label and a prediction (:func:`monai_unc.io.match_cases`): a labelled
     case without prediction and a predicted case without label are errors before any work, unless
@@ -640,7 +650,7 @@ def _run_evaluate(
             stale(run)  # outputs may pass for this cohort's
             raise
 
-    def stale(run: CohortRun) -> None:
+    def stale(run: CohortRun | None, partial: bool = True) -> None:
         remove_cohort_files(output)  # an earlier run's numbers must not pass for this cohort's
         for path in artifact_paths(output, config).values():  # nor a product's artifact
             path.unlink(missing_ok=True)
@@ -650,15 +660,32 @@ def _run_evaluate(
         # nor a killed run's half-written derived map: its private folder in maps/ was removed only by the next write
         # of the same map, which a rerun on other predictions (map files of their own) never makes (found by hostile
         # testing of crash consistency)
-        clean_partial_files(output / DERIVED_MAPS_DIR)
+        if partial:
+            clean_partial_files(output / DERIVED_MAPS_DIR)
+
+    invalidated: list[bool] = []  # whether this process removed an earlier run's cohort outputs (before_write)
+
+    def before_write() -> None:
+        """Before this process writes its first derived map: no earlier run's outputs beside it.
+
+        A map written to ``maps/`` replaces an earlier run's map of the same name (a rerun on other predictions, or
+        on predictions written again) at once, while the cohort files are replaced at the summary step: a run killed
+        in between left the earlier summary with this run's maps, and the report drew them together (found by hostile
+        testing). The earlier outputs are removed first (:func:`stale`), on every rank that writes a map (each one
+        can be killed); the same command again resumes the finished cases and writes them anew.
+        """
+        if not invalidated:
+            stale(None, partial=False)  # not the partial files of maps another rank is writing now
+            invalidated.append(True)
 
     pack, unpack = record_gather_hooks(CaseResult)
     # absolute, as the case files: a state naming them relative to the working directory of the run had every case
     # of a resumed run started from another directory computed again (found by hostile review 60)
     maps = output.absolute() / DERIVED_MAPS_DIR
 
-    run = run_cases(listing, lambda f: _evaluate_record(f, config, maps), command="monai-unc evaluate", ctx=ctx,
-                    cache=case_cache(output / STATE_DIR / CASES_DIR, config) if resume else None,
+    run = run_cases(listing, lambda f: _evaluate_record(f, config, maps, before_write), command="monai-unc evaluate",
+                    ctx=ctx,
+                    cache=case_cache(output / STATE_DIR / CASES_DIR, config, maps) if resume else None,
                     summarize=finish, on_failed=stale, failures_file=output / "failures.json", pack=pack,
                     unpack=unpack, progress=progress, desc="evaluate", on_failure=on_failure, lock=output,
                     agree=lambda cases: _rank_agreement(cases, config))

@@ -73,6 +73,7 @@ from ..io import (
     atomic_write_text,
     case_image_files,
     csv_text,
+    file_sha256,
     input_folder,
     is_seg_label,
     load_case,
@@ -1144,7 +1145,8 @@ def _case_figures(
             raise FileNotFoundError(f"file not found: {lost[0]} (the evaluation, written by an earlier monai-unc, "
                                     "records its case files relative to the folder evaluate ran in: run report from "
                                     "there, or evaluate again)")
-        if not files.maps and cid in state.derived_maps:  # the maps evaluate derived from the probabilities
+        derived = not files.maps and cid in state.derived_maps
+        if derived:  # the maps evaluate derived from the probabilities
             # in this evaluation folder's maps/ (the folder may have been copied or moved since)
             files.maps = {m: Path(p) if evaluation is None else evaluation / DERIVED_MAPS_DIR / Path(p).name
                           for m, p in state.derived_maps[cid].items()}
@@ -1154,6 +1156,8 @@ def _case_figures(
         measure = by_id[cid].get("measure") or next(iter(files.maps), None)
         if measure is None or measure not in files.maps:  # an evaluation of an older version, which kept no derived map
             continue
+        if derived:
+            _check_derived_map(state, cid, measure, Path(files.maps[measure]))
         case = load_figure_case(files, measure, state.num_classes, True, state.regions is not None, unread,
                                 seg_regions=seg_regions, seg_label_values=seg_label_values, ignore_label=ignore_label)
         if case is None:  # its files cannot be read: a line in unread
@@ -1183,6 +1187,36 @@ def _case_figures(
             "foreground, purple: wrong class)." + "".join(f" {n}" for n in notes), save_png(fig),
         ))  # fmt: skip
     return write_case_figures(fig_dir, drawn)
+
+
+def _check_derived_map(state: CohortState, case_id: str, measure: str, path: Path) -> None:
+    """Refuse a map evaluate derived for a case that is another file now than the one it wrote.
+
+    ``evaluate`` writes the maps it derives from the probabilities of a case without map files to ``<output>/maps`` and
+    records the sha256 of each file in its state (:attr:`~monai_unc.evaluation.cohort.CohortState.derived_maps_sha256`,
+    ``state/rows.json``). A rerun into the folder (on other predictions, or on predictions written again) replaces a
+    map of the same name before it replaces the summary: killed in between, the folder held the earlier summary with
+    the later run's map, and the page drew that map beside the earlier segmentation, Dice and score, without a word.
+    As for an evaluation rewritten while the page is made, no page is made of it. A missing map is left to the
+    figure's reading (one line on the page); a state written before the digests were recorded is not checked.
+
+    Args:
+        state: the evaluation's state.
+        case_id: the case.
+        measure: the measure whose map is drawn.
+        path: the map file read.
+
+    Raises:
+        ValueError: naming the file, when its sha256 is not the one recorded for it.
+    """
+    recorded = state.derived_maps_sha256.get(case_id, {}).get(measure)
+    if recorded is None or not path.is_file():
+        return
+    if file_sha256(path) != recorded:
+        raise ValueError(f"{path} is not the map evaluate derived for case {case_id!r} of this evaluation (its sha256 "
+                         f"differs from the one recorded in {path.parent.parent / 'state' / 'rows.json'}): another "
+                         "run wrote it (a rerun into the folder, stopped before its summary) or it was edited; run "
+                         "monai-unc evaluate again before the report")
 
 
 def write_case_figures(fig_dir: Path, drawn: Sequence[tuple[str, str, str, bytes]]) -> list[Figure]:
@@ -1283,7 +1317,8 @@ def build_report(
         ValueError: ``n_cases`` is not a non-negative integer, ``convention`` is neither convention,
             ``<output>/figures`` is a symbolic link (:func:`monai_unc.io.owned_folder`), another run holds the report
             folder (another report: one at a time per folder, :func:`monai_unc.io.output_lock`), or another process's
-            ``evaluate`` rewrote (or holds) the evaluation while the page was made (no page is kept).
+            ``evaluate`` rewrote (or holds) the evaluation while the page was made (no page is kept), or a map that
+            ``evaluate`` derived is another file than the one it wrote (the sha256 its state records; naming the file).
     """
     evaluation = Path(evaluation)
     # the page's options are checked before the evaluation is read (read in the report folder's lock)

@@ -10,6 +10,7 @@ on 2 gloo ranks with torchrun's variables (the same ``metrics.csv`` as one proce
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 import warnings
@@ -242,6 +243,92 @@ def test_torchrun_two_ranks_equal_one_process(classes, regions, tmp_path):
         a.pop("config"), b.pop("config")
         a.get("case_metrics", {}).pop("functions", None), b.get("case_metrics", {}).pop("functions", None)
         assert a == b
+
+
+def threshold_value(task, threshold):
+    """A metric parametrised by a threshold whose value is the threshold: which one a row was computed with shows."""
+    CALLS.append(str(task.name))
+    return float(threshold)
+
+
+def test_resume_under_another_partial_argument_computes_the_cases_again(classes, tmp_path, monkeypatch):
+    """Issue: every ``functools.partial`` was fingerprinted as ``functools.partial``, so an evaluation interrupted
+    under ``threshold=0.3`` and resumed under ``threshold=0.7`` wrote a column of both values, exit 0."""
+    import monai_unc.evaluation.runner as runner
+
+    out = tmp_path / "ev"
+    config = lambda t: EvaluationConfig(case_metrics={"m": functools.partial(threshold_value, threshold=t)})  # noqa
+    real, n = runner.evaluate_case, [0]
+
+    def interrupted_after_two(*args, **kwargs):
+        if n[0] == 2:
+            raise KeyboardInterrupt
+        n[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "evaluate_case", interrupted_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        _evaluate(classes["labels"], classes["predictions"], out, config(0.3))
+    monkeypatch.setattr(runner, "evaluate_case", real)
+    CALLS.clear()
+    _, summary, paths = _evaluate(classes["labels"], classes["predictions"], out, config(0.7))
+    assert [r["m"] for r in _rows(paths["metrics"])] == ["0.7"] * 3
+    assert len(CALLS) == 3  # every case computed again
+    assert summary["case_metrics"]["functions"] == {"m": f"functools.partial({__name__}.threshold_value, "
+                                                         "threshold=0.7)"}
+    CALLS.clear()
+    _evaluate(classes["labels"], classes["predictions"], out, config(0.7))
+    assert CALLS == []  # the same partial resumes
+
+
+def test_a_partial_of_an_argument_without_repeatable_text_is_never_resumed(classes, tmp_path):
+    """A bound argument whose repr holds a memory address cannot be told from another one by a later run: its saved
+    rows are never reused (every case is computed again), not reused on the function's name alone."""
+    out = tmp_path / "ev"
+    for _ in range(2):
+        CALLS.clear()
+        config = EvaluationConfig(case_metrics={"m": functools.partial(threshold_value, threshold=_Opaque())})
+        _evaluate(classes["labels"], classes["predictions"], out, config)
+        assert len(CALLS) == 3
+    CALLS.clear()
+    _evaluate(classes["labels"], classes["predictions"], out, config)  # not even the same object in one process
+    assert len(CALLS) == 3
+
+
+def _partial_rank(rank: int, port: int, labels: Path, pred: Path, out: Path, logs: Path) -> None:
+    """One forked rank of a 2-rank job whose ranks bind another threshold: what it raised, in ``logs/rank<r>``."""
+    os.environ.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port), OMP_NUM_THREADS="1", MONAI_UNC_DIST_TIMEOUT="60")
+    torch.set_num_threads(1)
+    config = EvaluationConfig(case_metrics={"m": functools.partial(threshold_value, threshold=(0.3, 0.7)[rank])})
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            run_evaluate(labels, pred, out, config, progress=False)
+        text = "ok"
+    except Exception as e:  # noqa: BLE001 - the test reads what each rank raised
+        text = f"{type(e).__name__}: {e}"
+    (logs / f"rank{rank}").write_text(text)
+
+
+def test_ranks_given_other_partial_arguments_are_refused(classes, tmp_path):
+    """Issue: ranks of one job given ``partial(metric, threshold=0.3)`` and ``threshold=0.7`` passed the rank
+    agreement (both named ``functools.partial``) and mixed rows of both into one ``metrics.csv``."""
+    out, logs = tmp_path / "ev", tmp_path / "logs"
+    logs.mkdir()
+    run_forked_ranks(_partial_rank, (free_port(), classes["labels"], classes["predictions"], out, logs), 2,
+                     wait_s=180)
+    for rank in range(2):
+        text = (logs / f"rank{rank}").read_text()
+        assert "other options or inputs than rank 0" in text and "case_metric_names changed" in text, text
+    assert not (out / "metrics.csv").exists()
+
+
+class _Opaque:
+    """An argument with the default repr (``<... object at 0x...>``)."""
+
+    def __float__(self):
+        return 0.5
 
 
 def test_bad_case_metrics_are_refused():

@@ -4,6 +4,7 @@ the masks with a guarantee: tests/products/test_conformal_product.py)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from monai_unc.evaluation.config import (
+    UNREPEATABLE,
     EvaluationConfig,
     parse_score_column,
     read_shifts,
@@ -102,6 +104,85 @@ def test_case_metric_names():
     assert EvaluationConfig().case_metric_names is None
     names = EvaluationConfig(case_metrics={"vol": vol}).case_metric_names
     assert names == {"vol": f"{__name__}.test_case_metric_names.<locals>.vol"}
+
+
+def _threshold_metric(task, threshold=0.5, scale=1.0):
+    return 0.0
+
+
+class _Partial(functools.partial):
+    """A partial with a call of its own (Python does not flatten a partial of it)."""
+
+    def __call__(self, *args, **kwargs):
+        return super().__call__(*args, **kwargs)
+
+
+class _Scaled:
+    """A callable metric object whose parameter is in its repr (as a dataclass's)."""
+
+    def __init__(self, scale):
+        self.scale = scale
+
+    def __repr__(self):
+        return f"_Scaled(scale={self.scale!r})"
+
+    def __call__(self, task):
+        return 0.0
+
+    def method(self, task):
+        return 0.0
+
+
+def test_case_metric_names_of_partials_name_the_function_and_its_arguments():
+    """A ``functools.partial`` was named ``functools.partial`` whatever it wrapped: a resume under another threshold
+    reused the rows of the first, and ranks given other partials agreed."""
+    fn = f"{__name__}._threshold_metric"
+    names = EvaluationConfig(case_metrics={
+        "a": functools.partial(_threshold_metric, threshold=0.3),
+        "b": functools.partial(_threshold_metric, threshold=0.7),
+        "c": functools.partial(np.mean),
+        "d": functools.partial(_threshold_metric, 0.3, scale=(1, "x")),
+        "e": functools.partial(_threshold_metric, scale=2.0, threshold=0.3),
+        "f": functools.partial(_threshold_metric, threshold=functools.partial(np.mean, axis=1)),
+    }).case_metric_names
+    assert names["a"] == f"functools.partial({fn}, threshold=0.3)"
+    assert names["b"] == f"functools.partial({fn}, threshold=0.7)"
+    assert names["c"] == "functools.partial(numpy.mean)"
+    assert names["d"] == f"functools.partial({fn}, 0.3, scale=(1, 'x'))"
+    assert names["e"] == f"functools.partial({fn}, scale=2.0, threshold=0.3)"  # keywords sorted
+    assert names["f"] == f"functools.partial({fn}, threshold=functools.partial(numpy.mean, axis=1))"
+    # nested partials: Python flattens those of functools.partial itself, not those of a subclass with its own call
+    flat = EvaluationConfig(case_metrics={"m": functools.partial(functools.partial(_threshold_metric, 0.3), scale=2)})
+    assert flat.case_metric_names["m"] == f"functools.partial({fn}, 0.3, scale=2)"
+    nested = EvaluationConfig(case_metrics={"m": functools.partial(_Partial(_threshold_metric, 0.3), scale=2)})
+    assert nested.case_metric_names["m"] == f"functools.partial({__name__}._Partial({fn}, 0.3), scale=2)"
+    # arrays by their contents (their repr elides the middle of a long one)
+    big = np.arange(5000.0)
+    other = big.copy()
+    other[2500] = -1
+    a, b = (EvaluationConfig(case_metrics={"m": functools.partial(_threshold_metric, threshold=x)}).case_metric_names
+            for x in (big, other))
+    assert a != b and "sha256" in a["m"]
+
+
+def test_case_metric_names_of_callable_objects_and_methods_name_their_state():
+    """A callable object and a bound method were named by their class alone, whatever their parameters."""
+    names = EvaluationConfig(case_metrics={"a": _Scaled(0.3), "b": _Scaled(0.7), "c": _Scaled(0.3).method}
+                             ).case_metric_names
+    assert names["a"] == f"{__name__}._Scaled _Scaled(scale=0.3)" and names["a"] != names["b"]
+    assert names["c"] == f"{__name__}._Scaled.method of {__name__}._Scaled _Scaled(scale=0.3)"
+
+
+def test_case_metric_names_of_arguments_without_repeatable_text_never_match():
+    """An argument whose repr holds a memory address names nothing another run can repeat: the name says so (and a
+    saved state with it is never reused: tests/evaluation/test_case_metrics.py); the address itself is left out, so
+    that the ranks of one job still compare the function and the argument's type."""
+    a, b = (EvaluationConfig(case_metrics={"m": functools.partial(_threshold_metric, threshold=object())})
+            .case_metric_names["m"] for _ in range(2))
+    assert a.endswith(UNREPEATABLE) and " at 0x" not in a and a == b
+    assert a.startswith(f"functools.partial({__name__}._threshold_metric, threshold=<object object")
+    plain = EvaluationConfig(case_metrics={"m": _threshold_metric}).case_metric_names["m"]
+    assert not plain.endswith(UNREPEATABLE)
 
 
 @pytest.mark.parametrize("name, suffix", [

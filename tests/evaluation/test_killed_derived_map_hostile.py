@@ -53,3 +53,61 @@ def test_a_rerun_removes_the_derived_maps_of_an_earlier_run(tmp_path):
             p.unlink()
         run_evaluate(data["labels"], data["predictions"], out, EvaluationConfig())  # maps of their own: none derived
     assert not [p for p in (out / "maps").iterdir() if p.is_file()]
+
+
+def _without_map_files(data):
+    for f in data["predictions"].glob("*_predictive_entropy*"):
+        f.unlink()  # probabilities only: evaluate derives the maps into <output>/maps
+    return data
+
+
+def test_a_rerun_killed_after_writing_a_map_leaves_no_earlier_summary(tmp_path, monkeypatch):
+    """Issue: a rerun on other predictions wrote its derived maps into ``<output>/maps`` in the per-case loop,
+    replacing the earlier run's files of the same name, while the earlier ``metrics.csv``, ``summary.json`` and
+    ``state/`` were removed only at the summary step; killed in between, the folder held the first run's summary with
+    the second run's maps, and ``report`` drew them together (exit 0). The earlier run's cohort outputs are removed
+    before the first map is written; the same command again resumes."""
+    import pytest
+
+    import monai_unc.evaluation.runner as runner
+
+    a = _without_map_files(write_toy_cohort(tmp_path / "A", n_cases=3, shape=(12, 12, 12)))
+    b = _without_map_files(write_toy_cohort(tmp_path / "B", n_cases=3, shape=(12, 12, 12), seed=7))
+    out = tmp_path / "eval"
+    cohort_files = [out / "metrics.csv", out / "summary.json", out / "state" / "rows.json"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        run_evaluate(a["labels"], a["predictions"], out, EvaluationConfig())
+        assert all(p.is_file() for p in cohort_files)
+        written: list[bool] = []  # whether the cohort files were still there when each map was written
+        real_write, real_case = runner.write_derived_maps, runner.evaluate_case
+
+        def write(*args, **kwargs):
+            written.append(any(p.exists() for p in cohort_files))
+            return real_write(*args, **kwargs)
+
+        def killed(*args, **kwargs):  # Ctrl-C / SIGKILL during the first case, its maps written
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(runner, "write_derived_maps", write)
+        monkeypatch.setattr(runner, "evaluate_case", killed)
+        with pytest.raises(KeyboardInterrupt):
+            run_evaluate(a["labels"], b["predictions"], out, EvaluationConfig())
+        assert written == [False]
+        assert not [p for p in cohort_files if p.exists()]  # no summary of run A beside a map of run B
+        monkeypatch.setattr(runner, "evaluate_case", real_case)
+        written.clear()
+        # the same command as the first run again: the case whose map was replaced is evaluated again (its map no
+        # longer the one its state records), the others resumed; its outputs are back
+        run_evaluate(a["labels"], a["predictions"], out, EvaluationConfig())
+    assert written == [False]
+    assert all(p.is_file() for p in cohort_files)
+    import hashlib
+    import json
+
+    recorded = json.loads((out / "state" / "rows.json").read_text())["derived_maps_sha256"]
+    assert sorted(recorded) == ["toy000", "toy001", "toy002"]  # resumed cases too
+    for cid, digests in recorded.items():
+        assert sorted(digests) == ["one_minus_max_prob", "predictive_entropy"]
+        for measure, digest in digests.items():
+            assert hashlib.sha256((out / "maps" / f"{cid}_{measure}.nii.gz").read_bytes()).hexdigest() == digest

@@ -194,6 +194,39 @@ def test_evaluate_shard_reuses_its_cache(files, results, tmp_path):
     assert _case_bits(a) == _case_bits(plain)
 
 
+def test_run_evaluate_derives_the_maps_of_cases_a_shard_cache_saved_without_them(tmp_path):
+    """Issue: ``evaluate_shard(cache=<output>/state/cases)`` (the folder its docstring names) saved cases without the
+    maps ``run_evaluate`` derives from the probabilities, under the same resume key: a later ``run_evaluate`` into
+    ``<output>`` reused them as finished, so ``maps/`` was missing and the report drew no case. A saved case without
+    the derived maps the current run writes is computed again; one with them is reused."""
+    from monai_unc.engine import DistContext
+    from monai_unc.evaluation import run_evaluate
+
+    p = write_toy_cohort(tmp_path / "cohort", n_cases=3, shape=(8, 8, 8))
+    for f in p["predictions"].glob("*_predictive_entropy*"):
+        f.unlink()  # probabilities only: evaluate derives the maps
+    config = _config(case_metrics={"counted": counted})
+    cases = match_cases(p["labels"], p["predictions"])
+    fresh = run_evaluate(p["labels"], p["predictions"], tmp_path / "fresh", config, dist=DistContext())[2]
+    out = tmp_path / "resumed"
+    shard = evaluate_shard(cases, config, cache=out / "state" / "cases")
+    assert all(r.derived == {} for r, _, _ in shard)  # the shard writes no map
+    CALLS.clear()
+    paths = run_evaluate(p["labels"], p["predictions"], out, config, dist=DistContext())[2]
+    assert len(CALLS) == len(cases)  # computed again: their states lack the maps
+    assert sorted(x.name for x in (out / "maps").iterdir()) == sorted(x.name for x in (tmp_path / "fresh" / "maps")
+                                                                       .iterdir())
+    for case in cases:
+        doc = json.loads((out / "state" / "cases" / f"{case.case_id}.json").read_text())
+        assert sorted(doc["record"]["derived"]) == ["one_minus_max_prob", "predictive_entropy"]
+    assert paths["metrics"].read_text() == fresh["metrics"].read_text()
+    # the states run_evaluate saved serve the shard and run_evaluate again
+    CALLS.clear()
+    evaluate_shard(cases, config, cache=out / "state" / "cases")
+    run_evaluate(p["labels"], p["predictions"], out, config, dist=DistContext())
+    assert CALLS == []
+
+
 def test_evaluate_shard_collects_failures(files, tmp_path):
     broken = CaseFiles("broken", tmp_path / "missing.nii.gz", seg=tmp_path / "missing_seg.nii.gz")
     failures: list = []

@@ -145,3 +145,35 @@ def test_the_figures_of_a_page_killed_before_recording_them_are_removed_by_the_n
     names = sorted(p.name for p in (out / "figures").glob("*.png"))
     assert not [n for n in names if n.startswith("case_")], "a killed page's case figures remain"
     assert "mine.png" in names
+
+
+def test_a_derived_map_another_run_wrote_is_refused_not_drawn(tmp_path):
+    """Issue: a rerun on other predictions replaced ``maps/<case>_<measure>.nii.gz`` and was killed before its
+    summary step; ``report`` drew its uncertainty map beside the first run's segmentation, Dice and score (exit 0).
+    The state records the sha256 of each map evaluate derived; a map that is another file now is refused, naming it."""
+    import hashlib
+    import json
+    import shutil
+
+    from monai_unc import cli
+
+    data = write_toy_cohort(tmp_path / "data", n_cases=3, shape=(12, 12, 12))
+    for f in data["predictions"].glob("*_predictive_entropy*"):
+        f.unlink()  # probabilities only: evaluate derives the maps into <output>/maps
+    out = tmp_path / "eval"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        run_evaluate(data["labels"], data["predictions"], out, EvaluationConfig(budget=0.3))
+    recorded = json.loads((out / "state" / "rows.json").read_text())["derived_maps_sha256"]
+    for cid, digests in recorded.items():
+        for measure, digest in digests.items():
+            path = out / "maps" / f"{cid}_{measure}.nii.gz"
+            assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
+    build_report(out, n_cases=3)  # every map as written: drawn
+    assert len(list((out / "report" / "figures").glob("case_*.png"))) == 3
+    cid = sorted(recorded)[0]  # another run's map of the same name (here: another case's)
+    maps = out / "maps"
+    shutil.copy(maps / f"{sorted(recorded)[1]}_predictive_entropy.nii.gz", maps / f"{cid}_predictive_entropy.nii.gz")
+    with pytest.raises(ValueError, match=rf"{cid}_predictive_entropy\.nii\.gz.*not the map evaluate derived"):
+        build_report(out, n_cases=3)
+    assert cli.main(["report", "-e", str(out), "-q"]) != 0
