@@ -466,20 +466,27 @@ CHANNEL_SUM_SLACK = 0.05
 
 
 def check_exclusive_channels(t: torch.Tensor, name: str, ch: int) -> None:
-    """Refuse ``C >= 2`` channels in [0, 1] that do not sum to 1: multi-label maps, which argmax cannot reduce.
+    """Refuse ``C >= 2`` channels that argmax cannot reduce to a label map.
 
-    Class probabilities and one-hot maps sum to 1 at every voxel (within :data:`CHANNEL_SUM_SLACK`: half-precision
-    probabilities, also once packed in float32 by the MONAI classes); logits (values outside [0, 1]) are reduced by
-    argmax as they are. Overlapping or empty region masks and sigmoid
+    Those are channels in [0, 1] that do not sum to 1, one-hot maps with voxels where every channel is 0 and integer
+    channels other than a one-hot map. Class probabilities and one-hot maps sum to 1 at every voxel (within
+    :data:`CHANNEL_SUM_SLACK`: half-precision probabilities, also once packed in float32 by the MONAI classes);
+    logits (values outside [0, 1]) are reduced by argmax as they are. Overlapping or empty region masks and sigmoid
     probabilities (multi-label, e.g. BraTS TC / WT / ET, as MONAI's ``ConvertToMultiChannelBasedOnBratsClasses`` and a
     sigmoid network give them) lie in [0, 1] without summing to 1: their argmax merged the background with the first
     region (a voxel outside every region and one inside TC both became label 0).
 
+    Channels that hold integers only (any dtype) outside [0, 1] are label maps stacked along the channel axis (the
+    annotations of several raters), no logits: their argmax is the index of a channel, no class.
+
     Voxels where every channel is 0 around a box of voxels that sum to 1 are the zero padding of class probabilities
-    put back on the image grid (MONAI's ``Invertd`` after ``CropForegroundd`` or ``SpatialPadd``: found by hostile
-    review, such probabilities were refused): they are accepted, and argmax reads them as background.
-    The box's outer layer, which ``Invertd(nearest_interp=False)`` blends linearly with those zeros (sums below
-    1), is accepted too and reduced by argmax (:func:`_frame_edge`).
+    put back on the image grid (MONAI's ``Invertd`` after ``CropForegroundd`` or ``SpatialPadd``): they are accepted,
+    and argmax reads them as background. The box's outer layer, which ``Invertd(nearest_interp=False)`` blends
+    linearly with those zeros (sums below 1), is accepted too and reduced by argmax (:func:`_frame_edge`) where the
+    box has voxels off that layer that sum to 1 (a box at most 2 voxels thick has none: its voxels must sum to 1).
+    Where the box holds one-hot voxels only (every value 0 or 1), the zeros are ambiguous: a one-hot map without its
+    background channel (``y[:, 1:]``) whose foreground is a box has the same zeros, and argmax would give them the
+    class of the first channel, which is no background there. Such channels are refused.
 
     Args:
         t: the channels, ``(C, *spatial)`` (``ch = 0``) or ``(B, C, *spatial)`` (``ch = 1``).
@@ -495,6 +502,10 @@ def check_exclusive_channels(t: torch.Tensor, name: str, ch: int) -> None:
         Traceback (most recent call last):
         ...
         ValueError: probs has 2 channels in [0, 1] that do not sum to 1 at every voxel (largest deviation 0.07): ...
+        >>> check_exclusive_channels(torch.tensor([[0, 1, 2], [2, 1, 0]]), "target", 0)  # two raters' label maps
+        Traceback (most recent call last):
+        ...
+        ValueError: target has 2 channels holding integers in [0, 2]: label maps stacked along the channel axis ...
     """
     v = t.detach()
     if not v.is_floating_point():
@@ -502,25 +513,80 @@ def check_exclusive_channels(t: torch.Tensor, name: str, ch: int) -> None:
     lo, hi = (float(x) for x in torch.aminmax(v))
     tol = max(CHANNEL_SUM_SLACK, probability_tolerance(t.dtype))
     if lo < -tol or hi > 1 + tol:
+        if not t.is_floating_point() or _integers_only(v):
+            raise ValueError(
+                f"{name} has {t.shape[ch]} channels holding integers in [{lo:.6g}, {hi:.6g}]: label maps stacked "
+                "along the channel axis (several raters' annotations), not logits (which are not all integers), class "
+                "probabilities or a one-hot map, and their argmax is the index of a channel, no class; pass one "
+                "label map (a single channel) or a one-hot map of the classes"
+            )
         return  # logits (or label scores): argmax is their reduction
     sums = sum_f64(v, ch)
     padded = padding_frame(v.ne(0).any(dim=ch), batched=ch == 1)
-    if padded is not None:  # the zero frame of an inverted crop: argmax reads it as background, as it should
-        edge = _frame_edge(padded, batched=ch == 1)
-        if edge is not None and bool((sums[edge] <= 1.0 + tol).all()):
-            # the box's outer layer, linearly interpolated between probabilities and the frame's zeros
-            # (``Invertd(nearest_interp=False)``): scaled probabilities, whose argmax is the class
-            padded = padded | edge
-        sums = sums[~padded]
+    checked = None if padded is None else _box_voxels(padded, sums, ch == 1, tol)
+    if checked is not None:  # the zero frame of an inverted crop: argmax reads it as background, as it should
+        sums = sums[checked]
     s_lo, s_hi = (float(x) for x in torch.aminmax(sums))
     dev = max(s_hi - 1.0, 1.0 - s_lo)
     if dev > tol:
         raise ValueError(
             f"{name} has {t.shape[ch]} channels in [0, 1] that do not sum to 1 at every voxel (largest deviation "
-            f"{dev:.4g}): multi-label masks or sigmoid probabilities (overlapping regions such as BraTS TC / WT / ET), "
-            "not class probabilities or a one-hot map, and their argmax is no label map; score each region's channel "
-            "as a binary map, or pass a label map"
+            f"{dev:.4g}): multi-label masks or sigmoid probabilities (overlapping regions such as BraTS TC / WT / ET, "
+            "or masks without a background channel), not class probabilities or a one-hot map, and their argmax is "
+            "no label map; score each region's channel as a binary map, or pass a label map"
         )
+    if checked is not None and _one_hot_in_frame(v, padded, checked, ch):
+        raise ValueError(
+            f"{name}: every channel is 0 at {int(padded.sum())} voxel(s) outside a box of one-hot voxels: a one-hot "
+            "map without its background channel (y[:, 1:], the foreground of every case a box) and a one-hot map "
+            "zero-padded by MONAI's Invertd after a crop (CropForegroundd, SpatialCropd) look alike, and argmax "
+            "gives those voxels the class of the first channel, the background only in the second case; pass a label "
+            "map (the argmax of a padded one-hot map whose first channel is the background, e.g. "
+            "AsDiscreted(argmax=True) after Invertd), or the one-hot map with its background channel"
+        )
+
+
+def _integers_only(v: torch.Tensor) -> bool:
+    """Whether every value of the float tensor ``v`` is an integer (a few leading values first: logits rarely are)."""
+    flat = v.reshape(-1)
+    head = flat[:4096]
+    if not bool(torch.equal(head, head.round())):
+        return False
+    return bool(torch.equal(flat, flat.round()))
+
+
+def _one_hot_in_frame(v: torch.Tensor, padded: torch.Tensor, checked: torch.Tensor, ch: int) -> bool:
+    """Whether a zero-padded case holds only 0 and 1 in its box: a one-hot map, whose zeros may be no padding.
+
+    ``padded`` is the zero frame, ``checked`` the box's voxels (:func:`_box_voxels`); each case is looked at on its
+    own, so that a one-hot case beside a case of class probabilities in the same batch is still found.
+    """
+    zero_one = ((v == 0) | (v == 1)).all(dim=ch)
+    if ch == 0:
+        return bool(zero_one[checked].all())
+    return any(bool(p.any()) and bool(z[c].all()) for p, z, c in zip(padded, zero_one, checked))
+
+
+def _box_voxels(padded: torch.Tensor, sums: torch.Tensor, batched: bool, tol: float) -> torch.Tensor:
+    """The voxels of a zero-padded map whose class sums must be 1.
+
+    They are the box inside the zero frame ``padded``, less its outer layer where that layer sums to at most
+    ``1 + tol`` (the blend of ``Invertd(nearest_interp=False)``, :func:`_frame_edge`) and the case's box has voxels
+    off that layer; never empty (each case's box has voxels).
+
+    Found by hostile review: a box at most 2 voxels thick lies on its outer layer entirely, no voxel was left to
+    check, and the check crashed on valid class probabilities; the voxels of such a box must sum to 1 themselves.
+    """
+    inside = ~padded
+    edge = _frame_edge(padded, batched=batched)
+    if edge is None or not bool((sums[edge] <= 1.0 + tol).all()):
+        return inside
+    core = inside & ~edge
+    cases = core if batched else core[None]
+    has_core = cases.reshape(cases.shape[0], -1).any(dim=1)
+    has_core = has_core.view(-1, *([1] * (cases.ndim - 1)))
+    blended = edge & (has_core if batched else has_core[0])
+    return inside & ~blended
 
 
 def _frame_edge(padded: torch.Tensor, batched: bool) -> torch.Tensor | None:
@@ -546,7 +612,7 @@ def uncovered_padding(p: torch.Tensor, sums: torch.Tensor, channel_dim: int, tol
     the crop's box (and, with ``nearest_interp=False``, the box's outer layer is blended with those zeros: sums below
     1). Such probabilities are read as that, not as sigmoid probabilities or logits, when the zero voxels form a frame
     around a full box (:func:`padding_frame`), the box's outer layer sums to at most ``1 + tol`` and every other voxel
-    of the box sums to 1 within ``tol``.
+    of the box sums to 1 within ``tol`` (every voxel of a box at most 2 voxels thick, which has no other voxel).
 
     Args:
         p: the values, in [0, 1], with the classes along ``channel_dim``.
@@ -571,11 +637,7 @@ def uncovered_padding(p: torch.Tensor, sums: torch.Tensor, channel_dim: int, tol
     padded = padding_frame(nonzero, batched=batched)
     if padded is None:
         return 0
-    inside = ~padded
-    edge = _frame_edge(padded, batched=batched)
-    if edge is not None and bool((sums[edge] <= 1.0 + tol).all()):
-        inside = inside & ~edge  # linearly blended with the padding: scaled probabilities
-    rest = sums[inside]
+    rest = sums[_box_voxels(padded, sums, batched, tol)]
     if rest.numel() and float((rest - 1.0).abs().max()) > tol:
         return 0
     return int(padded.sum())

@@ -226,8 +226,10 @@ def _labels_from(x: torch.Tensor, name: str) -> torch.Tensor:
     """Channel-first label map ``(1, *spatial)``: one channel is a label map, ``C >= 2`` channels (probabilities,
     their logarithm, logits or one-hot) are reduced by argmax.
 
-    Channels with values in ``[0, 1]`` that do not sum to 1 at some voxel (the zero padding of an inverted crop
-    aside) have no class to take the argmax of: ``ValueError`` (:func:`~monai_unc._utils.check_exclusive_channels`,
+    Channels with values in ``[0, 1]`` that do not sum to 1 at some voxel (the zero padding of inverted class
+    probabilities aside, but not of a one-hot map, which one without its background channel looks like), and
+    integer channels other than a one-hot map (stacked label maps) have no class to take the argmax of:
+    ``ValueError`` (:func:`~monai_unc._utils.check_exclusive_channels`,
     the check of the spatial metrics; found by hostile review: only overlapping channels were refused, and the
     sigmoid probabilities of regions without a background channel were reduced with channel 0 as the background).
     """

@@ -76,9 +76,11 @@ def test_error_map_refuses_overlapping_region_probabilities():
         AggregateUncertaintyd("u", mask_key="seg")({"u": torch.rand(1, 10, 10, 10), "seg": probs})
 
 
-def test_error_map_still_takes_softmax_log_probabilities_logits_and_padded_one_hot():
-    """Class probabilities, their logarithm (``UncertaintyEvaluator``'s ``pred`` before the bundle's softmax), logits
-    and a one-hot map zero-padded by ``Invertd`` all reduce by argmax as before; compared with a brute-force loop."""
+def test_error_map_still_takes_softmax_log_probabilities_logits_and_refuses_padded_one_hot():
+    """Class probabilities, their logarithm (``UncertaintyEvaluator``'s ``pred`` before the bundle's softmax) and
+    logits reduce by argmax as before; compared with a brute-force loop. A one-hot map zero-padded by ``Invertd`` is
+    refused: its zeros are those of a one-hot map without its background channel whose foreground is a box, whose
+    argmax merged the background with class 1 (found by hostile review); its argmax (a label map) is taken."""
     from monai_unc.transforms import error_map
 
     g = torch.Generator().manual_seed(3)
@@ -94,7 +96,9 @@ def test_error_map_still_takes_softmax_log_probabilities_logits_and_padded_one_h
         np.testing.assert_array_equal(error_map(pred, label).numpy(), expected)
     expected_padded = expected.copy()
     expected_padded[:, :2] = (label[:, :2] != 0).numpy()
-    np.testing.assert_array_equal(error_map(onehot, label).numpy(), expected_padded)
+    with pytest.raises(ValueError, match="pred: every channel is 0 at 40 voxel.*one-hot.*background channel"):
+        error_map(onehot, label)
+    np.testing.assert_array_equal(error_map(onehot.argmax(0, keepdim=True), label).numpy(), expected_padded)
 
 
 def test_samples_to_labels_refuses_region_samples_and_keeps_softmax_samples():

@@ -450,10 +450,41 @@ def overlap_counts(
     return OverlapCounts(*(like_input(x.contiguous(), pred) for x in (inter, size_p, size_t)))
 
 
+def _refuse_one_hot(x: torch.Tensor, name: str) -> None:
+    """Refuse a one-hot map ``(B, C, *spatial)`` given for label maps (what MONAI's ``compute_dice`` takes).
+
+    Found by hostile review: read as labels, such a map gave one column, the overlap of the union of every channel
+    (background included). Label maps have 1 to 3 spatial axes, so 5D input with ``C >= 2`` channels is a 3D one-hot
+    map; a 3D / 4D map (a 2D or 1D one-hot map, or a label map) is one when it holds 0 and 1 only, with exactly one 1
+    along axis 1 at every position (a binary label map with one foreground voxel in every line along its first axis,
+    which no segmentation has).
+    """
+    if x.ndim < 3 or x.shape[1] < 2 or x.numel() == 0 or x.is_complex():
+        return
+    if x.ndim < 5:
+        y = x if x.is_floating_point() or x.dtype in (torch.uint8, torch.int8, torch.int16, torch.int32,
+                                                      torch.int64) else x.to(torch.int64)
+        lo, hi = (float(v) for v in torch.aminmax(y))
+        if not (lo == 0.0 and hi == 1.0 and bool((y.sum(dim=1) == 1).all())):
+            return
+    raise ValueError(
+        f"{name} of shape {tuple(x.shape)} is a one-hot map (B, C, *spatial) with C = {x.shape[1]} channels (or has "
+        "more than 3 spatial axes): dice and iou take label maps (B, *spatial) or (B, 1, *spatial) with at most 3 "
+        "spatial axes; pass the argmax over the channel axis (y.argmax(1)) and num_classes=C, after checking that "
+        "channel 0 is the background (a one-hot map without it, as include_background=False leaves it, needs it "
+        "put back first)"
+    )
+
+
 def _label_pair(pred: Any, target: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """Label maps ``(B, *spatial)`` / ``(B, 1, *spatial)`` of one shape, flattened to ``(B, V)``."""
+    """Label maps ``(B, *spatial)`` / ``(B, 1, *spatial)`` of one shape, flattened to ``(B, V)``.
+
+    One-hot maps are refused (:func:`_refuse_one_hot`).
+    """
     p = to_tensor(pred, "pred")
     t = to_tensor(target, "target")
+    _refuse_one_hot(p, "pred")
+    _refuse_one_hot(t, "target")
     if p.ndim < 2:
         raise ValueError(f"pred must be label maps of shape (B, *spatial) or (B, 1, *spatial), got {tuple(p.shape)}")
     if tuple(p.shape) != tuple(t.shape):
@@ -489,8 +520,12 @@ def dice(
     """Dice per case and class of two label maps: ``2 |P = c & T = c| / (|P = c| + |T = c|)``.
 
     Args:
-        pred: predicted label maps ``(B, *spatial)`` or ``(B, 1, *spatial)`` (0 = background).
-        target: reference label maps of the same shape.
+        pred: predicted label maps ``(B, *spatial)`` or ``(B, 1, *spatial)`` with at most 3 spatial axes
+            (0 = background). A one-hot map ``(B, C, *spatial)``, as MONAI's ``compute_dice`` takes it, is refused
+            (``ValueError``: every 5D map with ``C >= 2``, and 3D / 4D maps of 0 and 1 with exactly one 1 along axis
+            1): pass its argmax over the channels with ``num_classes=C``. A 2D one-hot map without its background
+            channel has the shape and values of 3D binary label maps and is read as those.
+        target: reference label maps of the same shape, refused in the same way.
         num_classes: classes including background; default ``max label + 1``. At most ``2**24`` (``ValueError``
             naming the map with a larger label: relabel both maps to consecutive labels first).
         include_background: also report class 0 (first column); ``True`` or ``False`` (``TypeError`` otherwise).
@@ -525,8 +560,12 @@ def iou(
     ``empty_score``).
 
     Args:
-        pred: predicted label maps ``(B, *spatial)`` or ``(B, 1, *spatial)`` (0 = background).
-        target: reference label maps of the same shape.
+        pred: predicted label maps ``(B, *spatial)`` or ``(B, 1, *spatial)`` with at most 3 spatial axes
+            (0 = background). A one-hot map ``(B, C, *spatial)``, as MONAI's ``compute_dice`` takes it, is refused
+            (``ValueError``: every 5D map with ``C >= 2``, and 3D / 4D maps of 0 and 1 with exactly one 1 along axis
+            1): pass its argmax over the channels with ``num_classes=C``. A 2D one-hot map without its background
+            channel has the shape and values of 3D binary label maps and is read as those.
+        target: reference label maps of the same shape, refused in the same way.
         num_classes: classes including background; default ``max label + 1``. At most ``2**24`` (``ValueError``
             naming the map with a larger label: relabel both maps to consecutive labels first).
         include_background: also report class 0 (first column); ``True`` or ``False`` (``TypeError`` otherwise).

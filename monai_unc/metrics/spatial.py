@@ -41,6 +41,10 @@ function returns one value per case, ``(B,)``, whatever the input shape (``(1,)`
 ``pred`` and ``target`` are label maps ``(B, *spatial)``, ``(B, 1, *spatial)`` or ``(*spatial)``; a channel
 dimension with ``C >= 2`` (probabilities or one-hot) is reduced by argmax; channels in [0, 1] that do not sum to 1
 (overlapping region masks, sigmoid probabilities: multi-label) are refused, score each region as a binary map.
+So are integer channels other than a 0 / 1 one-hot map (label maps stacked along the channel axis, which argmax would
+turn into a channel index) and a one-hot map whose channels are all 0 outside a box (the zero padding of an inverted
+crop cannot be told from a one-hot map without its background channel; pass a label map). Zero padding around class
+probabilities that sum to 1 inside their box is read as background.
 Multi-class maps use the all-label boundary. Inputs may be numpy arrays or torch tensors (CPU or CUDA); per-case results
 are numpy float64 for numpy input and float64 tensors on the input's device for torch input.
 

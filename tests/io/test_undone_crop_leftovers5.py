@@ -73,6 +73,18 @@ def test_a_blended_outer_layer_counts_as_the_crops_edge():
         check_probabilities(p[None], "probs")
 
 
+def test_a_box_at_most_two_voxels_thick_must_sum_to_one():
+    """Every voxel of a box at most 2 voxels thick lies on its outer layer: nothing inside it says the channels are
+    class probabilities, so its voxels must sum to 1 themselves (sigmoid probabilities there are no padding)."""
+    p = torch.zeros(2, 7, 7)
+    p[0, 2:4, 1:6], p[1, 2:4, 1:6] = 0.3, 0.7
+    assert uncovered_padding(p, sum_f64(p, 0), 0, 1e-3) == 49 - 10
+    p[1, 2:4, 1:6] = 0.2  # per-channel probabilities summing to 0.5
+    assert uncovered_padding(p, sum_f64(p, 0), 0, 1e-3) == 0
+    with pytest.raises(ValueError, match="must sum to 1 over the class dimension"):
+        check_probabilities(p[None], "probs")
+
+
 @pytest.mark.parametrize("case", ["zero-inside-the-box", "sigmoid-regions", "sum-above-one-inside", "no-zero"])
 def test_other_deviations_keep_the_message_about_sigmoid_probabilities(case):
     p = torch.zeros(1, 2, 6, 6)

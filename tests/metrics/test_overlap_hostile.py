@@ -397,3 +397,35 @@ def test_numpy_and_torch_booleans_are_no_empty_score(bad):
         dice(p, t, num_classes=3, empty_score=bad)
     assert dice(p, t, num_classes=3, empty_score=np.float32(0.5))[0, 1] == 0.5
     assert dice(p, t, num_classes=3, empty_score=torch.tensor(0.5))[0, 1] == 0.5
+
+
+@pytest.mark.parametrize("fn", [dice, iou])
+def test_one_hot_maps_are_refused_not_read_as_label_maps(fn):
+    """A MONAI-style one-hot map ``(B, C, H, W, D)`` (what ``compute_dice`` takes) was read as a 4D label map of 0 / 1
+    labels: one column, the overlap of the union of every channel, background included (Dice 0.965 instead of the
+    per-class 0.667 and 0.571). One-hot maps (5D with C >= 2 channels, and 3D / 4D maps holding one 1 per voxel along
+    axis 1) are refused, naming the argument and saying to pass their argmax."""
+    target = torch.zeros(1, 16, 16, 8, dtype=torch.long)
+    target[0, 4:10, 4:10, 2:6] = 1
+    target[0, 10:12, 4:10, 2:6] = 2
+    pred = target.clone()
+    pred[0, 4:10, 4:10, 2:4] = 2
+
+    def oh(x):
+        return torch.nn.functional.one_hot(x, 3).movedim(-1, 1)
+
+    for a, b, name in ((oh(pred), oh(target), "pred"), (pred, oh(target), "target"), (oh(pred), target, "pred"),
+                       (pred[:, None].expand(-1, 2, -1, -1, -1), target[:, None].expand(-1, 2, -1, -1, -1), "pred")):
+        with pytest.raises(ValueError, match=f"{name} .* one-hot .*argmax"):
+            fn(a, b)
+    p2, t2 = pred[..., 3], target[..., 3]  # 2D maps: (B, C, H, W) one-hot, the shape of a 3D label map
+    for a, b, name in ((oh(p2), oh(t2), "pred"), (p2[:, None], oh(t2).float(), "target"),
+                       (oh(p2).bool(), oh(t2).bool(), "pred"), (oh(p2)[..., 0], oh(t2)[..., 0], "pred")):
+        with pytest.raises(ValueError, match=f"{name} .* one-hot .*argmax"):
+            fn(a, b)
+    # the argmax of the one-hot maps is the per-class result MONAI gives for the one-hot maps
+    ref = (compute_dice if fn is dice else compute_iou)(oh(pred), oh(target), include_background=False)
+    np.testing.assert_allclose(fn(oh(pred).argmax(1), oh(target).argmax(1)).numpy(), ref.numpy(), atol=1e-6)
+    # label maps of every documented layout are still read as such, binary ones too
+    np.testing.assert_array_equal(fn(pred[:, None], target[:, None]), fn(pred, target))
+    np.testing.assert_array_equal(fn(pred > 0, target > 0), fn((pred > 0)[:, None], (target > 0)[:, None]))

@@ -471,3 +471,107 @@ def test_class_probabilities_zero_padded_by_an_inverted_crop_are_accepted():
     regions[1, 14:18, 14:18, 14:18] = 1
     with pytest.raises(ValueError, match="multi-label"):
         boundary_uncertainty_concentration(unc[None, None], regions[None], target[None, None])
+
+
+_SPATIAL = [boundary_uncertainty_concentration, boundary_aware_ece, spatial_calibration_error]
+
+
+def _quiet(fn, *args):
+    """``fn(*args)`` with the metrics' warnings (no boundary, ...) silenced: these tests are about the input."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return fn(*args)
+
+
+@pytest.mark.parametrize("fn", _SPATIAL)
+@pytest.mark.parametrize("thick", [1, 2, 3])
+def test_class_probabilities_zero_padded_around_a_thin_box_are_scored(fn, thick):
+    """Class probabilities zero outside a crop box at most 2 voxels thick (``Invertd`` after ``CropForegroundd``):
+    every voxel of the box lies on its outer layer, and the check crashed with torch's ``RuntimeError`` (the minimum
+    of no voxel). Scored as their argmax, as a thicker box; 2D and 3D."""
+    g = torch.Generator().manual_seed(thick)
+    for spatial, box in (((12, 12), (slice(2, 2 + thick), slice(2, 8))),
+                         ((10, 10, 8), (slice(2, 8), slice(3, 3 + thick), slice(1, 7)))):
+        probs = torch.zeros(1, 3, *spatial)
+        inside = torch.softmax(3 * torch.randn(3, *probs[0, 0][box].shape, generator=g), 0)
+        probs[(0, slice(None), *box)] = inside
+        target = torch.zeros(1, 1, *spatial, dtype=torch.long)
+        target[(0, 0, *box)] = 1
+        u = torch.rand(1, 1, *spatial, generator=g)
+        got = _quiet(fn, u, probs, target)
+        want = _quiet(fn, u, probs.argmax(1, keepdim=True), target)
+        torch.testing.assert_close(got, want, equal_nan=True)
+
+
+@pytest.mark.parametrize("fn", _SPATIAL)
+def test_sigmoid_regions_in_a_thin_zero_frame_are_refused(fn):
+    """A box too thin for an inside that sums to 1 is no way around the refusal of sigmoid probabilities: its voxels
+    must sum to 1 themselves."""
+    sigmoid = torch.zeros(1, 3, 12, 12)
+    sigmoid[0, :, 2:4, 2:8] = 0.2
+    with pytest.raises(ValueError, match="pred has 3 channels in \\[0, 1\\] that do not sum to 1"):
+        fn(torch.rand(1, 1, 12, 12), sigmoid, torch.zeros(1, 1, 12, 12, dtype=torch.long))
+
+
+def _one_hot(lab: np.ndarray, c: int = 3) -> np.ndarray:
+    return np.moveaxis(np.eye(c, dtype=np.float32)[lab], -1, 0)[None]  # (1, C, *spatial)
+
+
+@pytest.mark.parametrize("fn", _SPATIAL)
+def test_one_hot_without_background_whose_foreground_is_a_box_is_refused(fn):
+    """A one-hot map without its background channel (``y[:, 1:]``) whose foreground is an axis-aligned box: its zero
+    background looked like the zero padding of an inverted crop, and argmax merged the background with class 1
+    (SPACE 0.0186 instead of 0.0042, no warning); a thin box crashed. A one-hot map (0 / 1 values) with voxels where
+    every channel is 0 cannot be told from one zero-padded by ``Invertd``: both are refused, naming the argument."""
+    t = np.zeros((12, 12), int)
+    t[2:6, 2:5], t[2:6, 5:8] = 1, 2
+    thin = np.zeros((12, 12), int)
+    thin[2:4, 2:5], thin[2:4, 5:8] = 1, 2
+    u = np.zeros((1, 1, 12, 12))
+    u[0, 0, 1, 2:8] = 0.9
+    for lab in (t, thin):
+        no_bg = _one_hot(lab)[:, 1:]
+        for x in (no_bg, no_bg.astype(bool), no_bg.astype(np.int64), torch.from_numpy(no_bg)):
+            with pytest.raises(ValueError, match="target: every channel is 0 at .* one-hot .* background"):
+                fn(u, t[None, None], x)
+            with pytest.raises(ValueError, match="pred: every channel is 0 at .* one-hot"):
+                fn(u, x, t[None, None])
+    padded = _one_hot(t)  # a one-hot map with its background, zero-padded: the same zeros, refused the same way
+    padded[..., :1, :] = 0
+    with pytest.raises(ValueError, match="target: every channel is 0 .* one-hot"):
+        fn(u, t[None, None], padded)
+    with pytest.raises(ValueError, match="every channel is 0 .* one-hot"):  # the MONAI class reads it the same way
+        cls = {boundary_uncertainty_concentration: BoundaryUncertaintyConcentrationMetric,
+               boundary_aware_ece: BoundaryAwareECEMetric, spatial_calibration_error: SpatialCalibrationErrorMetric}
+        cls[fn]()(y_pred=torch.from_numpy(t)[None, None], y=torch.from_numpy(_one_hot(t)[:, 1:]),
+                  uncertainty=torch.from_numpy(u))
+    # case by case: beside a case of class probabilities without zeros, the one-hot case is still refused
+    soft = np.random.default_rng(0).dirichlet([1.0, 1.0], (12, 12)).transpose(2, 0, 1)[None].astype(np.float32)
+    batch = np.concatenate([soft, _one_hot(t)[:, 1:]])
+    with pytest.raises(ValueError, match="target: every channel is 0 .* one-hot"):
+        fn(np.concatenate([u, u]), np.minimum(np.stack([t, t]), 1)[:, None], batch)
+    # the full one-hot map and its argmax give the label map's value
+    want = _quiet(fn, u, t[None, None], t[None, None])
+    np.testing.assert_array_equal(_quiet(fn, u, t[None, None], _one_hot(t)), want)
+
+
+@pytest.mark.parametrize("fn", _SPATIAL)
+def test_integer_label_maps_stacked_on_the_channel_axis_are_refused(fn):
+    """Label maps stacked along the channel axis (``(B, K, *spatial)``: K raters' annotations with labels 0 .. 2)
+    were read as logits: argmax made the reference the index of a rater (SPACE 0.25 for a perfect prediction, no
+    warning). Integer channels other than a 0 / 1 one-hot map are refused, in any dtype, naming the argument."""
+    lab = np.zeros((16, 16), int)
+    lab[4:12, 4:12] = 1
+    lab[6:10, 6:10] = 2
+    raters = np.stack([lab, lab, lab])[None]  # (1, 3, 16, 16)
+    u = np.zeros((1, 1, 16, 16))
+    for x in (raters, raters.astype(np.uint8), raters.astype(np.float32), torch.from_numpy(raters),
+              raters - 1):  # integers below 0 are no logits either
+        with pytest.raises(ValueError, match="target has 3 channels holding integers"):
+            fn(u, lab[None, None], x)
+        with pytest.raises(ValueError, match="pred has 3 channels holding integers"):
+            fn(u, x, lab[None, None])
+    # logits (fractional values) are still reduced by argmax
+    logits = 4.0 * _one_hot(lab) - 2.0 + 0.1 * np.random.default_rng(0).standard_normal((1, 3, 16, 16))
+    np.testing.assert_array_equal(_quiet(fn, u, logits, lab[None, None]), _quiet(fn, u, lab[None, None],
+                                                                               lab[None, None]))
