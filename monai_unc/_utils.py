@@ -862,6 +862,40 @@ def check_labels(
     return labels
 
 
+def equals_label(labels: torch.Tensor, value: int) -> torch.Tensor:
+    """Where ``labels`` equal the integer ``value`` exactly, whatever their dtype (e.g. to find ``ignore_index``).
+
+    ``labels == value`` casts a Python int to the labels' dtype first: with uint8 labels 256 wraps to 0 and -1 to
+    255, so such a comparison matched (and left out) voxels of another label. Here a value the dtype cannot hold
+    matches no voxel; floating-point labels are compared in float64 with a value that float64 holds exactly.
+
+    Args:
+        labels: a label tensor of any real dtype (integer, floating point or bool).
+        value: the integer label value.
+
+    Returns:
+        A bool tensor of ``labels``' shape (on its device).
+
+    Example:
+        >>> y = torch.tensor([0, 1, 255], dtype=torch.uint8)
+        >>> (y == 256).tolist(), equals_label(y, 256).tolist()  # torch wraps 256 to 0
+        ([True, False, False], [False, False, False])
+        >>> equals_label(y, -1).tolist(), equals_label(y, 255).tolist()
+        ([False, False, False], [False, False, True])
+    """
+    value = int(value)
+    if labels.dtype == torch.bool:
+        return labels == bool(value) if value in (0, 1) else torch.zeros_like(labels, dtype=torch.bool)
+    if labels.is_floating_point():
+        if float(value) != value:  # float64 cannot hold it: no float equals it
+            return torch.zeros_like(labels, dtype=torch.bool)
+        return labels.to(torch.float64) == float(value)
+    info = torch.iinfo(labels.dtype)
+    if not info.min <= value <= info.max:
+        return torch.zeros_like(labels, dtype=torch.bool)
+    return labels == value
+
+
 def holds_bool(value: Any) -> bool:
     """Whether ``value`` is a bool or holds one (a bool array or tensor, a sequence with a bool in it).
 

@@ -46,6 +46,7 @@ from ._utils import (
     check_finite,
     check_integer,
     check_labels,
+    equals_label,
     foreground_masks,
     normalize_spacing,
     probability_tolerance,
@@ -939,7 +940,7 @@ class Bernoulli(Activation):
     def check_target(self, y: torch.Tensor, ignore_index: int | None) -> None:  # noqa: D102
         if y.is_floating_point():
             check_finite(y, "target")
-        vals = y if ignore_index is None else y[y != ignore_index]
+        vals = y if ignore_index is None else y[~equals_label(y, ignore_index)]
         if vals.numel() and not bool(((vals == 0) | (vals == 1)).all()):
             raise ValueError(
                 "target must hold binary region masks (0 or 1"

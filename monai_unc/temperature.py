@@ -75,7 +75,7 @@ import torch
 from torch import nn
 
 from ._deprecation import deprecated_arg_names
-from ._utils import ArrayLike, check_finite, check_integer, is_int, like_input, to_tensor
+from ._utils import ArrayLike, check_finite, check_integer, equals_label, is_int, like_input, to_tensor
 from .activation import Activation, get_activation
 from .metrics.calibration import ConfidenceHistogram, calibration_metrics, confidence_bins
 
@@ -416,6 +416,11 @@ class TemperatureScaler(nn.Module):
         defined: after an NLL fit, whether a temperature minimises the NLL of the fitted voxels at all
             (:func:`nll_slope_terms`; False with a warning: every voxel right, or logits no better than uniform, per
             region for ``"sigmoid"`` with ``"vector"``); None before a fit and for ``loss="ece"``.
+        region_not_converged: after an NLL fit of one temperature per region (``"sigmoid"`` with ``"vector"``), one
+            entry per region: None where its ``t_r`` is its region's NLL minimum, else why not (``"no_minimum"``: no
+            temperature minimises that region's NLL, and its ``t_r`` is where the optimiser stopped; ``"at_bound"``,
+            ``"still_moving"``, as :attr:`not_converged`). A region without a minimum leaves the others at their own
+            minima. None before a fit and for other fits.
 
     Example:
         >>> import torch
@@ -501,6 +506,8 @@ class TemperatureScaler(nn.Module):
         self._runoff: list[int] = []  # the classes a vector NLL fit found no finite minimiser of (fit sets it)
         self._has_temperature = False  # set by fit(), load_state_dict() or assigning `temperature`
         self._task_loss = torch.zeros(0, dtype=torch.float64)  # per-task losses of the last pass
+        self._task_count = torch.zeros(0, dtype=torch.float64)  # per-task voxels of the last pass
+        self.region_not_converged: list[str | None] | None = None
 
     def __setattr__(self, name: str, value: Any) -> None:
         """Set an attribute; assigning :attr:`temperature` (checked: :func:`check_temperature`) marks it fitted."""
@@ -632,7 +639,7 @@ class TemperatureScaler(nn.Module):
                 raise ValueError(f"logits have {z.shape[1]} {act.channel_word}, expected {self.num_classes}")
             for task, zb, yb in act.task_voxels(z, y):
                 if self.ignore_index is not None:
-                    keep = yb != self.ignore_index
+                    keep = ~equals_label(yb, self.ignore_index)  # not yb != ...: torch wraps it to yb's dtype
                     if not bool(keep.all()):
                         zb, yb = zb[..., keep], yb[keep]
                 if yb.numel() == 0:
@@ -708,6 +715,7 @@ class TemperatureScaler(nn.Module):
             assert ece_state is not None
             per_loss, grad = _binned_ece(*ece_state, present, self.min_bin_count, act.multilabel)
         self._task_loss = per_loss
+        self._task_count = count
         if check is not None:
             self._fit_check = (*check, count)
         loss = float(per_loss.sum())
@@ -767,7 +775,9 @@ class TemperatureScaler(nn.Module):
 
         Raises:
             ValueError: naming the argument for probabilities instead of logits, NaN / infinite logits, empty
-                batches, collections of different lengths, labels out of range or of the wrong shape.
+                batches, collections of different lengths, labels out of range or of the wrong shape, and, fitting one
+                temperature per region (``activation="sigmoid"``, ``mode="vector"``), a region whose every target voxel
+                is ``ignore_index`` (no data for its temperature), naming the region.
         """
         _check_same_length(logits, target)
         get_z, get_y = _reiterable(logits, "logits"), _reiterable(target, "target")
@@ -787,6 +797,7 @@ class TemperatureScaler(nn.Module):
         self.converged = False
         self.not_converged = None
         self.defined = None
+        self.region_not_converged = None
         self._fit_check = None
         size = self.num_classes if self.mode == "vector" else 1
         # region-based vector scaling: the regions are independent problems, each with its own learning rate
@@ -806,6 +817,8 @@ class TemperatureScaler(nn.Module):
         for step in range(self.max_steps):
             t_now = torch.cat([p.detach() for p in params])
             loss, grad, _ = self._pass(t_now, get_z, get_y, step == 0)
+            if step == 0 and independent:
+                self._check_every_region_labelled()
             if not math.isfinite(loss):
                 raise ValueError(f"the loss is not finite at t = {t_now.tolist()}")
             pinned = (t_now <= self.min_temperature) & (grad > 0)  # held at the bound, the loss falling below it
@@ -836,17 +849,32 @@ class TemperatureScaler(nn.Module):
         best_t, best_grad = torch.cat(best_t), torch.cat(best_g)
         undefined = self._undefined_fit()
         self.defined = None if self.loss != "nll" else undefined is None
-        if self.loss == "nll" and undefined is None and (self.mode == "scalar" or independent) and self.history:
+        # per region (sigmoid, "vector"), the regions whose NLL no temperature minimises: the others are each their own
+        # problem, and each still ends at its own minimum (they were all left where RMSprop stopped, t = 31.7 for a
+        # minimum at 203.7, when one region was predicted right everywhere)
+        no_minimum = self._undefined_regions() if independent and self.loss == "nll" else {}
+        skip = torch.tensor([r in no_minimum for r in range(size)]) if independent else None
+        found = None
+        if (self.loss == "nll" and (undefined is None or independent) and (self.mode == "scalar" or independent)
+                and self.history and (skip is None or not bool(skip.all()))):
             # found by hostile review 64: RMSprop's running square of the gradient, inflated by one step clamped to
             # min_temperature (t = 1e-5, gradient ~1e5), froze every later step below tol: the fit reported
             # converged=True at t = 0.167 for a minimum at 0.00049, without a warning; and RMSprop's steps of about lr
             # stop at t ~ 30 after 1000 steps. The NLL is convex in 1 / t, so its t-gradient changes sign once: the
             # result is checked to bracket the minimum and otherwise found by bisection on that sign
-            found = self._bracket_nll_minimum(best_t, best_grad, seen, get_z, get_y)
+            found = self._bracket_nll_minimum(best_t, best_grad, seen, get_z, get_y, skip)
             if found is not None:
                 best_t, at_bound = found
-                self.converged = True
+                # a region without a minimum leaves converged to the steps' tolerance (it is not fitted by the search)
+                self.converged = self.converged or undefined is None
                 pinned = at_bound
+        if independent and self.loss == "nll" and self.history:
+            self.region_not_converged = [
+                "no_minimum" if r in no_minimum
+                else ("at_bound" if bool(pinned[r]) else None) if found is not None
+                else (None if self.converged else "still_moving")
+                for r in range(size)
+            ]
         stalled = False
         newton = None
         vector_nll = self.loss == "nll" and self.mode == "vector" and not independent  # one temperature per class
@@ -870,11 +898,22 @@ class TemperatureScaler(nn.Module):
         reason = "stalled" if stalled else "still_moving"
         if undefined is not None:
             reason = "no_minimum"
+            fitted = [round(v, 4) for v in best_t.tolist()]
+            if no_minimum and len(no_minimum) < size:
+                which = ", ".join(f"region {r}" for r in no_minimum)
+                held = [r for r in range(size) if r not in no_minimum and bool(pinned[r])]
+                rest = (f"; {', '.join(f'region {r}' for r in held)} stopped at min_temperature={self.min_temperature}"
+                        " while its NLL still falls below it: pass a smaller min_temperature") if held else ""
+                where = (f"the fitted {[fitted[r] for r in no_minimum]} of {which} "
+                         f"{'is' if len(no_minimum) == 1 else 'are'} only where the optimiser stopped (the other "
+                         f"regions' temperatures in {fitted} are their own NLL minima{rest})")
+                subject = which
+            else:
+                where, subject = f"the fitted {fitted} is only where the optimiser stopped", "these logits"
             # found by hostile review: every voxel right gave t = 0.0116, anti-informative logits t = 30.5, with only
             # converged=False to tell (and advice elsewhere to allow more steps, which never converge)
-            warnings.warn(f"no temperature minimises the NLL of these logits ({undefined}): the fitted "
-                          f"{[round(v, 4) for v in best_t.tolist()]} is only where the optimiser stopped; fit on "
-                          "held-out cases where the network makes some errors (and does better than uniform)",
+            warnings.warn(f"no temperature minimises the NLL of {subject} ({undefined}): {where}; fit on held-out "
+                          "cases where the network makes some errors (and does better than uniform)",
                           UserWarning, stacklevel=3)  # 3: the caller of the deprecated_arg_names wrapper
         elif self.history and bool(pinned.any()):
             # found by hostile review 57: logits whose best temperature is below the bound (t = 0.00068 for logits of
@@ -937,6 +976,7 @@ class TemperatureScaler(nn.Module):
         seen: Sequence[tuple[torch.Tensor, torch.Tensor]],
         get_z: Callable[[], Iterable[Any]],
         get_y: Callable[[], Iterable[Any]],
+        skip: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The NLL minimiser near ``t`` within the relative tolerance :data:`NLL_RTOL`, per independent component.
 
@@ -948,7 +988,8 @@ class TemperatureScaler(nn.Module):
         were 5-7 % of a fit of 30 steps). When they bracket it, ``t`` is kept; otherwise the
         bracket is widened by factors of 4 (down to ``min_temperature``) and
         bisected in ``log t`` to a relative width of 1e-10. Returns ``(t, at_bound)``, ``at_bound`` True where the
-        NLL still falls below ``min_temperature``; None when no bracket is found below ``t = 1e15``.
+        NLL still falls below ``min_temperature``; None when no bracket is found below ``t = 1e15``. The components
+        where ``skip`` (bool, one per component) is True (regions without a minimum) are returned as they are.
         """
         lo_t = self.min_temperature
 
@@ -967,6 +1008,8 @@ class TemperatureScaler(nn.Module):
         g_hi_known, g_lo_known = gs.gather(0, hi_at[None])[0], gs.gather(0, lo_at[None])[0]
         below = g_t <= 0  # t is at or below the minimiser: it is the bracket's low end
         need = torch.where(below, ~torch.isfinite(hi_known), ~torch.isfinite(lo_known) & (lo_req < t))
+        keep = torch.zeros_like(t, dtype=torch.bool) if skip is None else skip.reshape(-1).to(t.device)
+        need &= ~keep
         probe = torch.where(below, hi_req, lo_req)
         g_probe = grad_at(torch.where(need, probe, t)) if bool(need.any()) else g_t
         lo = torch.where(below, t, torch.where(need, probe, torch.where(torch.isfinite(lo_known), lo_known, t)))
@@ -974,6 +1017,9 @@ class TemperatureScaler(nn.Module):
                                                                                g_t)))
         hi = torch.where(below, torch.where(need, probe, hi_known), t)
         g_hi = torch.where(below, torch.where(need, g_probe, g_hi_known), g_t)
+        # a skipped component is its own bracket: lo = hi = t, gradients 0 (never widened nor bisected)
+        lo, hi = torch.where(keep, t, lo), torch.where(keep, t, hi)
+        g_lo, g_hi = torch.where(keep, 0.0, g_lo), torch.where(keep, 0.0, g_hi)
         at_bound = (lo <= lo_t) & (g_lo > 0)
         if bool((((g_lo <= 0) | at_bound) & (g_hi >= 0)).all()):
             return torch.where(at_bound, torch.full_like(t, lo_t), t), at_bound
@@ -1000,7 +1046,7 @@ class TemperatureScaler(nn.Module):
             g_mid = grad_at(mid)
             lo = torch.where(open_ & (g_mid < 0), mid, lo)
             hi = torch.where(open_ & (g_mid >= 0), mid, hi)
-        return torch.where(at_bound, torch.full_like(t, lo_t), torch.sqrt(lo * hi)), at_bound
+        return torch.where(keep, t, torch.where(at_bound, torch.full_like(t, lo_t), torch.sqrt(lo * hi))), at_bound
 
     def _newton_vector_nll(
         self, t: torch.Tensor, get_z: Callable[[], Iterable[Any]], get_y: Callable[[], Iterable[Any]]
@@ -1121,16 +1167,7 @@ class TemperatureScaler(nn.Module):
         present = count > 0
         n = count.clamp(min=1).unsqueeze(1)
         if self.activation == "sigmoid" and self.mode == "vector":
-            reasons = []
-            flat = nll_flat_at_zero(slope.sum(1), size.sum(1))
-            for r in torch.nonzero(present).flatten().tolist():
-                if wrong[r] == 0 and bool(flat[r]):
-                    reasons.append(f"region {r}: {_CONSTANT_LOGITS}")
-                elif wrong[r] == 0:
-                    reasons.append(f"region {r}: every voxel right, the NLL falls as t goes to 0")
-                elif bool(flat[r]):
-                    reasons.append(f"region {r}: no better than p = 1/2, the NLL falls as t grows")
-            return "; ".join(reasons) or None
+            return "; ".join(f"region {r}: {why}" for r, why in self._undefined_regions().items()) or None
         slope_c, size_c = (slope / n)[present].sum(0), (size / n)[present].sum(0)  # (n_par,): the loss's weights
         if self.mode == "vector":
             flat = bool(nll_flat_at_zero(slope_c, size_c, per_class=True))
@@ -1143,6 +1180,41 @@ class TemperatureScaler(nn.Module):
         if flat:
             return "the logits do no better than uniform probabilities: the NLL keeps falling as t grows"
         return None
+
+    def _undefined_regions(self) -> dict[int, str]:
+        """Per region (sigmoid, ``"vector"``), why no temperature minimises its NLL: ``{region: reason}``.
+
+        The regions whose NLL has a minimum are not listed; from the first pass's voxels (:func:`nll_slope_terms`).
+        """
+        if self._fit_check is None:
+            return {}
+        wrong, slope, size, count = self._fit_check
+        reasons = {}
+        flat = nll_flat_at_zero(slope.sum(1), size.sum(1))
+        for r in torch.nonzero(count > 0).flatten().tolist():
+            if wrong[r] == 0 and bool(flat[r]):
+                reasons[r] = _CONSTANT_LOGITS
+            elif wrong[r] == 0:
+                reasons[r] = "every voxel right, the NLL falls as t goes to 0"
+            elif bool(flat[r]):
+                reasons[r] = "no better than p = 1/2, the NLL falls as t grows"
+        return reasons
+
+    def _check_every_region_labelled(self) -> None:
+        """``ValueError`` naming the regions without a labelled voxel in the first pass (sigmoid, ``"vector"``).
+
+        Every voxel of such a region's target is ``ignore_index``: no data bounds its temperature (the fit would keep
+        the starting value as if it had converged), and no NaN temperature may reach :meth:`transform` or a
+        checkpoint (:func:`check_temperature` refuses one).
+        """
+        empty = torch.nonzero(self._task_count == 0).flatten().tolist()
+        if empty:
+            which = ("regions " if len(empty) > 1 else "region ") + ", ".join(str(r) for r in empty)
+            raise ValueError(
+                f"{which} {'have' if len(empty) > 1 else 'has'} no labelled voxel to fit a temperature on (every "
+                f"voxel of its target is ignore_index={self.ignore_index}); fit on cases where every region is "
+                "labelled, or use mode='scalar' (one temperature shared by the regions)"
+            )
 
     # -- folding --------------------------------------------------------------------------------------------------
     @staticmethod
@@ -1477,6 +1549,8 @@ def calibrate_network(
         # targets' size counted a region model's voxels once per region (3x for BraTS)
         "voxels": int(sum(math.prod(z.shape) // int(z.shape[1]) for z in logits)),
     }
+    if scaler.region_not_converged is not None:  # per region: None at its NLL minimum, else why not
+        record["region_not_converged"] = scaler.region_not_converged
     if activation == "sigmoid":
         record["regions"] = names
     return state, record

@@ -127,6 +127,43 @@ def test_ignore_index_and_dtypes():
     assert half.temperature.item() == pytest.approx(as_float.temperature.item())
 
 
+def _fit_or_error(dtype, y, ignore_index, **kwargs):
+    """The fitted temperature, or the ValueError's message, of a fit on labels ``y`` cast to ``dtype``."""
+    z = kwargs.pop("z")
+    try:
+        scaler = TemperatureScaler(ignore_index=ignore_index, max_steps=20, **kwargs)
+        return scaler.fit(z, y.to(dtype)).temperature.item()
+    except ValueError as error:
+        return str(error).split(":")[0]
+
+
+@pytest.mark.parametrize("activation", ["softmax", "sigmoid"])
+def test_ignore_index_is_compared_as_a_number_whatever_the_label_dtype(activation):
+    """An ``ignore_index`` the label dtype cannot hold matches no voxel: torch cast it to the labels' dtype first, so
+    with uint8 labels 256 left out every voxel of class 0 and -1 every voxel labelled 255 (int64 labels refuse 255)."""
+    g = torch.Generator().manual_seed(3)
+    if activation == "softmax":
+        y = torch.randint(0, 3, (2, 12, 12), generator=g)
+        z = 4.0 * torch.nn.functional.one_hot(y, 3).permute(0, 3, 1, 2).float()
+        z = z + 2 * torch.randn(2, 3, 12, 12, generator=g)
+    else:
+        y = (torch.rand(2, 2, 12, 12, generator=g) > 0.5).long()
+        z = 4.0 * (2 * y - 1).float() + 2 * torch.randn(2, 2, 12, 12, generator=g)
+    kw = {"z": z, "activation": activation}
+    y255 = y.clone()
+    y255[:, :2] = 255
+    yneg = y.clone()
+    yneg[:, :2] = -1
+    cases = [(y, 256, (torch.uint8, torch.int16, torch.float16)), (y255, -1, (torch.uint8,)),
+             (yneg, 255, (torch.int8,)), (y, 2**40, (torch.int32, torch.float32))]
+    for labels, ignore_index, dtypes in cases:
+        reference = _fit_or_error(torch.int64, labels, ignore_index, **dict(kw))
+        for dtype in dtypes:
+            assert _fit_or_error(dtype, labels, ignore_index, **dict(kw)) == reference, (dtype, ignore_index)
+    assert isinstance(_fit_or_error(torch.int64, y, 256, **dict(kw)), float)  # nothing left out
+    assert isinstance(_fit_or_error(torch.int64, y255, -1, **dict(kw)), str)  # 255 refused
+
+
 def test_transform_follows_input_library():
     scaler = TemperatureScaler(mode="vector", num_classes=3)
     scaler.temperature = torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64)

@@ -171,6 +171,7 @@ def test_calibrate_network_folds_per_region_temperatures():
     )
     assert record["folded_into_last_layer"] and record["activation"] == "sigmoid"
     assert record["regions"] == ["TC", "WT", "ET"] and len(record["temperature"]) == 3
+    assert record["region_not_converged"] == [None, None, None]  # every region at its own NLL minimum
     assert set(record["before"]["regions"]) == {"TC", "WT", "ET"}
     assert record["after"]["nll"] < record["before"]["nll"]
     ref = np.mean([record["after"]["regions"][k]["nll"] for k in ("TC", "WT", "ET")])
@@ -180,3 +181,43 @@ def test_calibrate_network_folds_per_region_temperatures():
     t = torch.tensor(record["temperature"]).view(1, 3, 1, 1, 1)
     with torch.no_grad():
         torch.testing.assert_close(calibrated(x), z / t, rtol=1e-4, atol=1e-5)
+
+
+def test_a_region_without_minimum_leaves_the_others_at_their_own_minimum():
+    """Region 1 has no NLL minimum (every voxel right); region 0 (t about 200) is still pinned to its own minimum,
+    as it is when fitted alone, and the per-region record says which region is which."""
+    g = np.random.default_rng(1)
+    m = (g.random((2, 2, 16, 16)) > 0.5).astype(np.float32)
+    z0 = 600 * (2 * m[:, 0] - 1 + 0.8 * g.standard_normal((2, 16, 16)))  # over-confident about 200 times, some errors
+    z = np.stack([z0, 5 * (2 * m[:, 1] - 1)], 1).astype(np.float32)  # region 1: every voxel right
+    ref0 = minimize_scalar(lambda t: bce_np(z[:, 0], m[:, 0], t), bounds=(1e-3, 1e4), method="bounded",
+                           options={"xatol": 1e-10}).x
+    with pytest.warns(UserWarning, match="no temperature minimises") as said:
+        scaler = TemperatureScaler(mode="vector", activation="sigmoid").fit(torch.from_numpy(z), torch.from_numpy(m))
+    t = scaler.temperature.tolist()
+    assert t[0] == pytest.approx(ref0, rel=2e-4)
+    message = " ".join(str(w.message) for w in said)
+    assert "region 1" in message and "region 0" not in message.split("region 1")[0]
+    assert scaler.defined is False and scaler.converged is False and scaler.not_converged == "no_minimum"
+    assert scaler.region_not_converged == [None, "no_minimum"]
+    alone = TemperatureScaler(mode="vector", activation="sigmoid").fit(torch.from_numpy(z[:, :1]),
+                                                                       torch.from_numpy(m[:, :1]))
+    assert alone.region_not_converged == [None] and t[0] == pytest.approx(alone.temperature.item(), rel=2e-4)
+
+
+def test_a_region_without_labelled_voxel_is_refused_by_name():
+    """A region whose every target voxel is ``ignore_index`` has no data to fit its temperature on: refused naming it
+    (it kept the starting value 2.0, reported converged), in a per-region fit only; a shared one fits the others."""
+    g = np.random.default_rng(0)
+    m = (g.random((2, 2, 12, 12)) > 0.5).astype(np.float32)
+    z = torch.from_numpy((4 * (2 * m - 1) + 3 * g.standard_normal(m.shape)).astype(np.float32))
+    m[:, 1] = 255
+    for loss in ("nll", "ece"):
+        scaler = TemperatureScaler(mode="vector", activation="sigmoid", ignore_index=255, loss=loss, min_bin_count=1)
+        with pytest.raises(ValueError, match=r"region 1 has no labelled voxel.*ignore_index=255"):
+            scaler.fit(z, torch.from_numpy(m))
+        assert not scaler.fitted
+    shared = TemperatureScaler(activation="sigmoid", ignore_index=255).fit(z, torch.from_numpy(m))
+    ref = minimize_scalar(lambda t: bce_np(z[:, 0].numpy(), m[:, 0], t), bounds=(1e-2, 1e2), method="bounded",
+                          options={"xatol": 1e-10}).x
+    assert shared.converged and shared.temperature.item() == pytest.approx(ref, rel=2e-4)

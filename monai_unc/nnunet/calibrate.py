@@ -157,7 +157,10 @@ def calibrate_model_folder(
     Returns:
         ``{fold: {"temperature": [...], "nll_t1": ..., "nll_fitted": ..., "num_cases": ..., "steps": ...,
         "converged": ..., "not_converged": ...}}`` (``not_converged``: why not, see
-        :attr:`~monai_unc.temperature.TemperatureScaler.not_converged`), also written to ``temperature.json``. The
+        :attr:`~monai_unc.temperature.TemperatureScaler.not_converged`; a per-region NLL fit of a region-based model
+        adds ``"region_not_converged"``, one entry per region, see
+        :attr:`~monai_unc.temperature.TemperatureScaler.region_not_converged`), also written to ``temperature.json``.
+        The
         NLLs are per voxel; for a region-based model the sum over the regions of each region's mean binary NLL (as
         :class:`~monai_unc.temperature.TemperatureScaler` fits it), so two regions' values are about twice one
         region's.
@@ -420,6 +423,8 @@ def _calibrate_folds(src: Path, staging: Path, final: Path, splits: dict[int, li
         report[str(fold_key)] = {"temperature": scaler.temperature.tolist(), "nll_t1": nll_t1,
                                  "nll_fitted": nll_fit, "num_cases": len(keys), "steps": len(scaler.history),
                                  "converged": scaler.converged, "not_converged": scaler.not_converged}
+        if scaler.region_not_converged is not None:  # per region: None at its NLL minimum, else why not
+            report[str(fold_key)]["region_not_converged"] = scaler.region_not_converged
     return report, regions is not None
 
 
