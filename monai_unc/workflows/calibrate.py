@@ -453,9 +453,9 @@ def run_calibrate(
     Raises:
         ValueError: an invalid option (``overlap`` out of [0, 1), or other than the default without ``roi``:
             :func:`~monai_unc.workflows.infer_plan.check_window_options`), an output over an input, a checkpoint
-            calibrated already (one that holds a temperature), labels that do not fit, or cases on which the network
-            is never (or always) wrong
-            (:func:`check_fit_is_defined`).
+            calibrated already (one that holds a temperature), labels that do not fit, cases on which the network
+            is never (or always) wrong (:func:`check_fit_is_defined`), or an ``output`` ``cal.pt`` beside an existing
+            ``cal.pth`` (or the reverse: both would have the record ``cal.json``).
         FileNotFoundError: a missing input folder.
     """
     spec = _region_spec(activation, regions)
@@ -468,6 +468,10 @@ def run_calibrate(
     out = Path(output)
     if not out.name.endswith((".pt", ".pth")):
         raise ValueError(f"--output must be a .pt or .pth file, got {out}")
+    twin = out.with_suffix(".pth" if out.suffix == ".pt" else ".pt")
+    if twin.is_file():  # found by review: cal.pth's record replaced cal.pt's (cal.json), cal.pt kept its own
+        raise ValueError(f"--output {out}: its record {out.with_suffix('.json').name} is also the record of {twin}, "
+                         f"which is there; choose another name, or remove {twin.name} first")
     for folder, parameter, kind in ((images, "input", "images"), (labels, "labels", "labels")):
         input_folder(folder, parameter, f"--{parameter} folder")
         refuse_dataset_root(folder, parameter, f"--{parameter} folder", kind)  # imagesTr/, labelsTr/: the sub-folder

@@ -196,7 +196,9 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?")
 
 def _matches(printed: str, expected: str) -> bool:
     """``printed`` is ``expected``: the text alike, ``...`` standing for any text (a temporary path), numbers of more
-    than 12 significant digits within float64 rounding (another platform's last digit)."""
+    than 12 significant digits within 1e-7 relative: values of float32 maps differ in their last float32 bits between
+    BLAS builds (a threshold of the toy cohort by 2e-9 with Intel MKL's AVX-512 path), float64 values in their last
+    digit."""
     parts = re.split(r"(\.\.\.)", expected)
     regex = "".join(".*?" if part == "..." else _escaped_with_numbers(part) for part in parts)
     m = re.fullmatch(regex, printed, flags=re.S)
@@ -204,7 +206,7 @@ def _matches(printed: str, expected: str) -> bool:
         return False
     wanted = [float(x) for part in parts if part != "..." for x in _NUMBER.findall(part)]
     got = [float(x) for x in m.groups()]
-    return len(wanted) == len(got) and all(abs(a - b) <= 1e-12 * max(1.0, abs(a)) for a, b in zip(wanted, got))
+    return len(wanted) == len(got) and all(abs(a - b) <= 1e-7 * max(1.0, abs(a)) for a, b in zip(wanted, got))
 
 
 def _escaped_with_numbers(text: str) -> str:

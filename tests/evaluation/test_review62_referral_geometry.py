@@ -190,6 +190,8 @@ def test_a_rule_written_by_the_previous_version_verifies_and_applies_as_before(t
     assert [(c["case"], c["decision"], c["code"]) for c in summary["cases"]] == PREVIOUS_DECISIONS
     scores = [c["score"] for c in summary["cases"]]
     assert [s is None for s in scores] == [s is None for s in PREVIOUS_SCORES]
+    # scores of float32 maps: another BLAS moves them by a few 1e-9 (Intel MKL's AVX-512 path: 5.6e-9 against the
+    # recorded values), far below any change of a rule's decisions
     assert [s for s in scores if s is not None] == pytest.approx([s for s in PREVIOUS_SCORES if s is not None],
-                                                                 rel=1e-9)
+                                                                 rel=1e-6)
     assert "geometry" not in summary["rule"] and summary["rule"]["digest"] == raw["digest"]

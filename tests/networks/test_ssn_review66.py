@@ -162,6 +162,26 @@ def test_a_covariance_float64_cannot_factorise_is_nan_with_a_warning():
     assert torch.isnan(ent).all() and torch.isnan(dist.log_prob(torch.zeros(e, dtype=torch.float64))).all()
 
 
+@pytest.mark.parametrize("scale", [1e3, 1e6])
+def test_a_large_but_factorisable_covariance_keeps_its_density(scale, recwarn):
+    """The rounding floor that flags a singular capacitance (the test above, whose verdict depended on the BLAS
+    before) leaves a covariance with large factor entries (the capacitance's largest entry near 1e14 at scale 1e6,
+    its floor 0.03 against pivots of at least 1) its density: log_prob of a draw equals the stock float64
+    ``LowRankMultivariateNormal``'s (the densest matrix scipy refuses as singular here), no warning."""
+    g = torch.Generator().manual_seed(3)
+    factor = torch.randn(1, 2, 2, 3, 3, generator=g, dtype=torch.float64) * scale  # rank 2, 2 classes, 3 x 3
+    diag = torch.rand(1, 2, 3, 3, generator=g, dtype=torch.float64) + 0.5
+    mean = torch.zeros(1, 2, 3, 3, dtype=torch.float64)
+    dist = lowrank_distribution(mean, diag, factor)
+    w, d = dist.cov_factor[0], dist.cov_diag[0]  # (18, 2), (18,)
+    x = w @ torch.randn(2, generator=g, dtype=torch.float64) + d.sqrt() * torch.randn(18, generator=g,
+                                                                                        dtype=torch.float64)
+    want = LowRankMultivariateNormal(torch.zeros(18, dtype=torch.float64), w, d).log_prob(x)
+    assert float(dist.log_prob(x)[0]) == pytest.approx(float(want), rel=1e-9, abs=1e-3)
+    assert math.isfinite(float(dist.entropy()[0]))
+    assert not [w for w in recwarn if "singular" in str(w.message)]
+
+
 def test_log_prob_keeps_its_gradient_and_broadcasts_the_value():
     g = torch.Generator().manual_seed(0)
     mean = torch.randn(2, 2, 3, 3, generator=g, requires_grad=True)

@@ -67,6 +67,20 @@ def test_calibrate_refuses_cases_without_errors_or_without_a_right_voxel(toy, tm
     assert not out.exists() and not out.with_suffix(".json").exists()
 
 
+@pytest.mark.parametrize("first, second", [("cal.pt", "cal.pth"), ("cal.pth", "cal.pt")])
+def test_calibrate_refuses_an_output_whose_record_is_another_checkpoints(toy, tmp_path, capsys, first, second):
+    """Issue: ``-o cal.pth`` beside a ``cal.pt`` of an earlier run wrote its record to ``cal.json``, the record of
+    ``cal.pt``: ``cal.pt`` was left beside the record of another temperature. Refused in one line, before any work,
+    and both earlier files are left as they were."""
+    (tmp_path / first).write_bytes(b"earlier checkpoint")
+    (tmp_path / "cal.json").write_text('{"temperature": [1.5]}')
+    rc = cli.main(_argv(toy, toy["labels"], tmp_path / second))
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert rc == 2 and len(err) == 1 and "is also the record of" in err[0] and first in err[0], (rc, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first, "cal.json"])
+    assert (tmp_path / "cal.json").read_text() == '{"temperature": [1.5]}'
+
+
 def test_one_wrong_voxel_is_enough(toy, tmp_path, capsys):
     folder = tmp_path / "labels"
     shutil.copytree(toy["right"], folder)
