@@ -229,12 +229,10 @@ def save_trained_network(net: torch.nn.Module, record: dict[str, Any], path: str
 
     Example:
         >>> import tempfile
-        >>> folder = Path(tempfile.mkdtemp())
-        >>> save_trained_network(torch.nn.Linear(2, 2), {"seed": 0}, folder / "net.pt").name
-        'net.pt'
-        >>> sorted(p.name for p in folder.iterdir())
-        ['net.pt', 'net.pt.json']
-        >>> import shutil; shutil.rmtree(folder)
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     saved = save_trained_network(torch.nn.Linear(2, 2), {"seed": 0}, Path(d) / "net.pt")
+        ...     saved.name, sorted(p.name for p in Path(d).iterdir())
+        ('net.pt', ['net.pt', 'net.pt.json'])
     """
     path = check_trained_network_path(path, "path")
     state = net.state_dict()
