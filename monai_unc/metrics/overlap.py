@@ -451,28 +451,26 @@ def overlap_counts(
 
 
 def _refuse_one_hot(x: torch.Tensor, name: str) -> None:
-    """Refuse a one-hot map ``(B, C, *spatial)`` given for label maps (what MONAI's ``compute_dice`` takes).
+    """Refuse a 3D one-hot map ``(B, C, H, W, D)`` given for label maps (what MONAI's ``compute_dice`` takes).
 
-    Found by hostile review: read as labels, such a map gave one column, the overlap of the union of every channel
-    (background included). Label maps have 1 to 3 spatial axes, so 5D input with ``C >= 2`` channels is a 3D one-hot
-    map; a 3D / 4D map (a 2D or 1D one-hot map, or a label map) is one when it holds 0 and 1 only, with exactly one 1
-    along axis 1 at every position (a binary label map with one foreground voxel in every line along its first axis,
-    which no segmentation has).
+    Read as labels, such a map gave one column, the overlap of the union of every channel (background included). A
+    5D map of 0 and 1 with ``C >= 2`` is such a map, or binary label maps of 4 spatial axes, which are then given
+    as ``(B, 1, *spatial)``; 5D label maps of more labels are read as before. A 2D one-hot map ``(B, C, H, W)`` has
+    the shape and values of binary 3D label maps (a one-pixel boundary crossing every column too, which a test of one
+    1 along axis 1 took for one-hot in an earlier version) and is read as label maps.
     """
-    if x.ndim < 3 or x.shape[1] < 2 or x.numel() == 0 or x.is_complex():
+    if x.ndim != 5 or x.shape[1] < 2 or x.numel() == 0 or x.is_complex():
         return
-    if x.ndim < 5:
-        y = x if x.is_floating_point() or x.dtype in (torch.uint8, torch.int8, torch.int16, torch.int32,
-                                                      torch.int64) else x.to(torch.int64)
-        lo, hi = (float(v) for v in torch.aminmax(y))
-        if not (lo == 0.0 and hi == 1.0 and bool((y.sum(dim=1) == 1).all())):
-            return
+    if x.dtype != torch.bool:
+        lo, hi = (float(v) for v in torch.aminmax(x if x.is_floating_point() else x.to(torch.int64)))
+        if lo < 0 or hi > 1 or not bool(((x == 0) | (x == 1)).all()):
+            return  # labels other than 0 / 1: label maps of 4 spatial axes
     raise ValueError(
-        f"{name} of shape {tuple(x.shape)} is a one-hot map (B, C, *spatial) with C = {x.shape[1]} channels (or has "
-        "more than 3 spatial axes): dice and iou take label maps (B, *spatial) or (B, 1, *spatial) with at most 3 "
-        "spatial axes; pass the argmax over the channel axis (y.argmax(1)) and num_classes=C, after checking that "
-        "channel 0 is the background (a one-hot map without it, as include_background=False leaves it, needs it "
-        "put back first)"
+        f"{name} of shape {tuple(x.shape)} holds 0 and 1 only on {x.shape[1]} channels: a one-hot map (B, C, H, W, D) "
+        "as MONAI's compute_dice takes it, which dice and iou would read as one label map of the union of its "
+        "channels; pass the argmax over the channel axis (y.argmax(1)) and num_classes=C, after checking that "
+        "channel 0 is the background (a one-hot map without it, as include_background=False leaves it, needs it put "
+        "back first); binary label maps of 4 spatial axes are given as (B, 1, *spatial)"
     )
 
 
@@ -520,11 +518,12 @@ def dice(
     """Dice per case and class of two label maps: ``2 |P = c & T = c| / (|P = c| + |T = c|)``.
 
     Args:
-        pred: predicted label maps ``(B, *spatial)`` or ``(B, 1, *spatial)`` with at most 3 spatial axes
-            (0 = background). A one-hot map ``(B, C, *spatial)``, as MONAI's ``compute_dice`` takes it, is refused
-            (``ValueError``: every 5D map with ``C >= 2``, and 3D / 4D maps of 0 and 1 with exactly one 1 along axis
-            1): pass its argmax over the channels with ``num_classes=C``. A 2D one-hot map without its background
-            channel has the shape and values of 3D binary label maps and is read as those.
+        pred: predicted label maps ``(B, *spatial)`` or ``(B, 1, *spatial)``
+            (0 = background). A 3D one-hot map ``(B, C, H, W, D)``, as MONAI's ``compute_dice`` takes it, is
+            refused (``ValueError``: a 5D map of 0 and 1 with ``C >= 2``; binary label maps of 4 spatial axes are
+            given as ``(B, 1, *spatial)``): pass its argmax over the channels with ``num_classes=C``. A 2D one-hot
+            map ``(B, C, H, W)`` has the shape and values of binary 3D label maps and is read as those: pass label
+            maps.
         target: reference label maps of the same shape, refused in the same way.
         num_classes: classes including background; default ``max label + 1``. At most ``2**24`` (``ValueError``
             naming the map with a larger label: relabel both maps to consecutive labels first).
@@ -560,11 +559,12 @@ def iou(
     ``empty_score``).
 
     Args:
-        pred: predicted label maps ``(B, *spatial)`` or ``(B, 1, *spatial)`` with at most 3 spatial axes
-            (0 = background). A one-hot map ``(B, C, *spatial)``, as MONAI's ``compute_dice`` takes it, is refused
-            (``ValueError``: every 5D map with ``C >= 2``, and 3D / 4D maps of 0 and 1 with exactly one 1 along axis
-            1): pass its argmax over the channels with ``num_classes=C``. A 2D one-hot map without its background
-            channel has the shape and values of 3D binary label maps and is read as those.
+        pred: predicted label maps ``(B, *spatial)`` or ``(B, 1, *spatial)``
+            (0 = background). A 3D one-hot map ``(B, C, H, W, D)``, as MONAI's ``compute_dice`` takes it, is
+            refused (``ValueError``: a 5D map of 0 and 1 with ``C >= 2``; binary label maps of 4 spatial axes are
+            given as ``(B, 1, *spatial)``): pass its argmax over the channels with ``num_classes=C``. A 2D one-hot
+            map ``(B, C, H, W)`` has the shape and values of binary 3D label maps and is read as those: pass label
+            maps.
         target: reference label maps of the same shape, refused in the same way.
         num_classes: classes including background; default ``max label + 1``. At most ``2**24`` (``ValueError``
             naming the map with a larger label: relabel both maps to consecutive labels first).

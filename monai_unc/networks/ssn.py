@@ -194,10 +194,11 @@ class SSNDistribution(LowRankMultivariateNormal):
         subtracts two terms of size ``|W|^2 / D`` that nearly cancel; in earlier versions, at the head's own floor
         ``D = 1e-5`` with factor entries near 10 (rank 10, a 2 x 8 x 8 map) ``log_prob`` of a draw was 1538 against 435,
         and a positive ``D`` below float32's smallest normal number gave NaN / inf without a word. Here ``K`` and ``L``
-        are float64; a zero variance, or a ``K`` float64 cannot factorise (no pivot of its Cholesky factorisation
-        above the rounding ``R eps max K_jj``, where every pivot of the exact ``K`` is at least 1), makes the
-        image's ``L`` NaN with a warning (its covariance is singular: no density). The rounding floor makes the
-        verdict the same on every BLAS: whether an exactly singular float64 ``K`` factorises depends on its last bit.
+        are float64; a zero variance, or a ``K`` float64 cannot factorise (a pivot ``L_jj^2`` of its Cholesky
+        factorisation within its rounding ``R eps K_jj`` of zero, where every pivot of the exact ``K`` is at least 1),
+        makes the image's ``L`` NaN with a warning (its covariance is singular: no density). The rounding floor makes
+        the verdict the same on every BLAS: whether an exactly singular float64 ``K`` factorises depends on its last
+        bit.
         """
         w = self._unbroadcasted_cov_factor.double()
         d = self._unbroadcasted_cov_diag.double()
@@ -209,13 +210,14 @@ class SSNDistribution(LowRankMultivariateNormal):
             k = torch.matmul(w.mT / d.unsqueeze(-2), w)
             k = k + torch.eye(k.shape[-1], dtype=k.dtype, device=k.device)
             tril, info = torch.linalg.cholesky_ex(k)
-        # K = I + W^T D^-1 W has every pivot >= 1 (each Schur complement of I + a PSD matrix is >= I); a factorised
-        # pivot within rounding of K's largest entry (R eps max K_jj) lost that I: the factorisation of an exactly
-        # singular float64 K succeeded or failed by the last bit, which depends on the BLAS (found when Intel MKL's
-        # AVX-512 path factorised a K that another machine's refused, with a tiny pivot and a log det far off)
-        pivots = tril.diagonal(dim1=-2, dim2=-1).square().amin(-1)
-        floor = k.shape[-1] * torch.finfo(k.dtype).eps * k.diagonal(dim1=-2, dim2=-1).amax(-1)
-        info = torch.where((info == 0) & ~(pivots > floor), torch.ones_like(info), info)
+        # K = I + W^T D^-1 W has every pivot >= 1 (each Schur complement of I + a PSD matrix is >= I); pivot j is
+        # K_jj less the squares before it, so it carries rounding of about R eps K_jj, and one within that of zero
+        # lost the I: the factorisation of an exactly singular float64 K succeeded or failed by the last bit, which
+        # depends on the BLAS (found when Intel MKL's AVX-512 path factorised a K that another machine's refused, with
+        # a tiny pivot and a log det far off). Against its own K_jj, not K's largest entry: diag(4e15, 1) is exact
+        pivots = tril.diagonal(dim1=-2, dim2=-1).square()
+        floor = k.shape[-1] * torch.finfo(k.dtype).eps * k.diagonal(dim1=-2, dim2=-1)
+        info = torch.where((info == 0) & ~(pivots > floor).all(-1), torch.ones_like(info), info)
         failed = (info != 0) & ~singular
         if bool(singular.any()):  # found by hostile testing: entropy / log_prob were NaN without a word
             warn_nan("SSNDistribution: cov_diag holds zero variances (deterministic logits), so the covariance is "

@@ -2,6 +2,7 @@
 
 import itertools
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -180,6 +181,25 @@ def test_a_large_but_factorisable_covariance_keeps_its_density(scale, recwarn):
     assert float(dist.log_prob(x)[0]) == pytest.approx(float(want), rel=1e-9, abs=1e-3)
     assert math.isfinite(float(dist.entropy()[0]))
     assert not [w for w in recwarn if "singular" in str(w.message)]
+
+
+def test_a_capacitance_with_one_huge_entry_is_not_singular():
+    """Found by review: a rounding floor of ``R eps max K_jj`` for every pivot called ``K = diag(6.4e16, 1)`` (one
+    rank column of huge factor entries against the head's floor ``D = 1e-5``, the other unused) numerically singular,
+    though its factorisation is exact: log_prob and entropy NaN. Each pivot is held against its own ``K_jj``."""
+    factor = torch.zeros(1, 2, 2, 2, 2, dtype=torch.float64)  # (B, R, C, 2, 2)
+    factor[0, 0, 0] = 4e5  # rank 0 moves class 0 (K_00 = 4 x 1.6e16); rank 1 is unused
+    diag = torch.full((1, 2, 2, 2), 1e-5, dtype=torch.float64)
+    dist = lowrank_distribution(torch.zeros(1, 2, 2, 2, dtype=torch.float64), diag, factor)
+    w, d = dist.cov_factor[0], dist.cov_diag[0]
+    x = torch.linspace(-0.01, 0.01, 8, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "numerically singular"
+        got = float(dist.log_prob(x)[0])
+        ent = float(dist.entropy()[0])
+    stock = LowRankMultivariateNormal(torch.zeros(8, dtype=torch.float64), w, d)
+    assert got == pytest.approx(float(stock.log_prob(x)), rel=1e-6)
+    assert ent == pytest.approx(float(stock.entropy()), rel=1e-9)
 
 
 def test_log_prob_keeps_its_gradient_and_broadcasts_the_value():
