@@ -1859,6 +1859,17 @@ def _head_labels(labels: list[Any], n: int = 5) -> str:
     return repr(labels) if len(labels) <= n else f"{repr(labels[:n])[:-1]}, ... ({len(labels)} cases)]"
 
 
+def _same_index(a: Any, b: Any) -> bool:
+    """Whether two indexes list the same labels in the same order; a missing label (NaN, None) matches a missing one
+    (pandas' ``Index.equals``; a list comparison never found NaN equal to NaN and refused two equal indexes)."""
+    if callable(getattr(a, "equals", None)):
+        try:
+            return bool(a.equals(b))
+        except TypeError:  # not an index of pandas' kind
+            pass
+    return list(a) == list(b)
+
+
 def check_case_labels(values: Iterable[tuple[str, Any]]) -> None:
     """ValueError when labelled per-case values (a pandas ``Series``' index) name different cases, or in another order.
 
@@ -1873,14 +1884,15 @@ def check_case_labels(values: Iterable[tuple[str, Any]]) -> None:
         ValueError: two labelled values carry different indexes, naming both.
     """
     first: tuple[str, list[Any]] | None = None
+    first_index: Any = None
     for where, v in values:
         index = getattr(v, "index", None)
         if index is None or callable(index):  # a list's or a tensor's .index is a method, not case labels
             continue
         labels = list(index)
         if first is None:
-            first = (where, labels)
-        elif labels != first[1]:
+            first, first_index = (where, labels), index
+        elif not _same_index(index, first_index):
             # found by review: rows of one long table (df[df.method == "b"]["dice"]) carry row numbers, not case ids;
             # reindexing one by the other's row numbers, as advised, gave every case NaN
             rows = all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in labels + first[1])

@@ -83,9 +83,9 @@ class TriageRun:
         not_triaged: the case ids the run could not triage (``triage.json``'s ``not_triaged``: no prediction), which
             have no decision; the store keeps them in the run's audit entry, so that ``monitor label`` skips their
             labels with a warning instead of refusing the batch.
-        inputs: the predictions and images ``triage.json`` names for its cases (``files``: each case's ``seg`` and
-            ``image``), the files whose folders triage read and reading the run reads (the predictions' digests, the
-            images' sidecars): ``monitor record`` keeps the store outside them
+        inputs: the files ``triage.json`` names for its cases (``files``: each case's ``seg``, ``probs``, the
+            ``--uncertainty`` maps and ``image`` channels), the files whose folders triage read and reading the run
+            reads (the predictions' digests, the images' sidecars): ``monitor record`` keeps the store outside them
             (:func:`~monai_unc.workflows.monitor.check_store_outside_inputs`).
 
     Example:
@@ -663,10 +663,23 @@ def read_triage_run(
         shown = listed([c[:100] for c in left], 10)
         warnings.warn(f"{path}: {len(left)} case(s) were NOT triaged (no prediction) and are not recorded: {shown}",
                       UserWarning, stacklevel=2)
-    named = {v for e in files.values() if isinstance(e, dict) for v in (e.get("seg"), e.get("image"))
-             if isinstance(v, str) and v and "\x00" not in v}
+    # every file triage read for a case (seg, label, probs, the --uncertainty maps, image channels), found by review:
+    # seg and image only let record write its store into the folder of the maps, which triage --monitor refuses
+    named = {v for e in files.values() if isinstance(e, dict) for k, x in e.items() if k != "case"
+             for v in _strings(x) if v and "\x00" not in v}
     return TriageRun(root.resolve(), rule, tuple(records), hashlib.sha256(raw).hexdigest(), triaged_at, model,
                      checked, tuple(left), tuple(sorted(named)))
+
+
+def _strings(x: Any, depth: int = 0) -> list[str]:
+    """The strings in ``x`` (a string, or lists and dicts of them, 3 levels deep at most): the paths of an entry."""
+    if isinstance(x, str):
+        return [x]
+    if depth < 3 and isinstance(x, (list, tuple)):
+        return [s for v in x for s in _strings(v, depth + 1)]
+    if depth < 3 and isinstance(x, dict):
+        return [s for v in x.values() for s in _strings(v, depth + 1)]
+    return []
 
 
 def loss_of(dice: float | None, failure: int | None, risk: str, failure_dice: float | None) -> float:

@@ -238,8 +238,8 @@ def record_triage(
     Raises:
         ValueError: the folder is still being written by another run (a ``triage`` of another process holds it:
             :func:`monai_unc.io.check_not_being_written`), or a SQLite store that is ``sites`` or lies in a folder of
-            the predictions or images ``triage.json`` names (:func:`check_store_outside_inputs`: inputs are never
-            written to, as ``triage --monitor`` refuses), before the store is opened; or what
+            the predictions, uncertainty maps or images ``triage.json`` names (:func:`check_store_outside_inputs`:
+            inputs are never written to, as ``triage --monitor`` refuses), before the store is opened; or what
             :func:`~monai_unc.monitoring.records.read_triage_run` and the store refuse.
     """
     url = _db(db)
@@ -251,7 +251,7 @@ def record_triage(
     with refusing("sites"):  # the command line names --sites (review 63)
         table = None if sites is None else read_sites(sites)
     run = read_triage_run(triage, site=site, sites=table, triaged_at=time, trust=trust)
-    # the folders of the predictions and images triage read, as triage --monitor refuses a store in its -p and
+    # the folders of the predictions, maps and images triage read, as triage --monitor refuses a store in its -p and
     # --images (found by hostile review: record created the store in the predictions folder); not the triage
     # folder, where triage -o OUT --monitor OUT/monitor.db keeps it
     check_store_outside_inputs(url, *sorted({os.path.dirname(os.path.abspath(f)) for f in run.inputs}))

@@ -291,3 +291,23 @@ def test_compare_uncertainty_maps_spacing_per_case_is_one_row_per_case():
         a, b, p, t = _cubes(n)
         with pytest.raises(ValueError, match=rf"^spacing has {n} values .* one row per case"):
             compare_uncertainty_maps(["BA-ECE"], a, b, pred=p, target=t, spacing=[1.0, 2.0, 3.0, 4.0][:n])
+
+
+def test_series_with_the_same_index_holding_a_missing_case_id_are_paired():
+    """Found by review: case labels were compared as Python lists, where NaN never equals NaN, so two Series with the
+    same index holding a missing case id (one Series passed twice too) were refused as labelling different cases.
+    pandas' ``Index.equals`` reads a missing label as matching a missing one; another order is still refused."""
+    import pandas as pd
+
+    from monai_unc.metrics.quality import conformal_quantile
+
+    idx = [101.0, 102.0, np.nan, 104.0, 105.0, 106.0]
+    df = pd.DataFrame({"a": [1, 0, 1, 1, 0, 1], "b": [0, 0, 1, 0, 0, 1],
+                       "est": [.8, .7, .9, .6, .75, .8], "dice": [.78, .72, .85, .5, .7, .82]}, index=idx)
+    assert mcnemar_test(df["a"], df["b"]) == mcnemar_test(df["a"].to_numpy(), df["b"].to_numpy())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a small calibration set warns
+        assert conformal_quantile(df["est"], df["dice"]) == conformal_quantile(df["est"].to_numpy(),
+                                                                                df["dice"].to_numpy())
+    with pytest.raises(ValueError, match="label different cases"):
+        mcnemar_test(df["a"], df["b"].iloc[::-1])

@@ -27,7 +27,8 @@ def make_rule(calibration: Sequence[float], target: float = 0.1, risk: str = "fa
 
 
 def write_triage(folder: Path, rule: dict, cases: Sequence[dict], images: dict[str, str] | None = None,
-                 segs: dict[str, str] | None = None, digest: bool = False) -> Path:
+                 segs: dict[str, str] | None = None, digest: bool = False,
+                 maps: dict[str, dict[str, str]] | None = None) -> Path:
     """A triage output folder: ``triage.json`` with ``cases`` (``case``, ``score``, ``decision`` ...) and, with
     ``digest``, its digest as triage writes it (without one, ``monitor record`` warns that it is unverified)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -40,7 +41,8 @@ def write_triage(folder: Path, rule: dict, cases: Sequence[dict], images: dict[s
                      **({"image_z_max": c["image_z_max"]} if "image_z_max" in c else {})})
     doc = {"n_cases": len(full), "rule": rule, "cases": full,
            "fingerprint": {"status": "match", "predictions": {"weights": rule["fingerprint"]["weights"]}},
-           "files": {c["case"]: {"image": (images or {}).get(c["case"]), "seg": (segs or {}).get(c["case"])}
+           "files": {c["case"]: {"image": (images or {}).get(c["case"]), "seg": (segs or {}).get(c["case"]),
+                                 **({"maps": maps[c["case"]]} if maps and c["case"] in maps else {})}
                      for c in cases}}
     if digest:
         doc["digest"] = rule_digest(doc)

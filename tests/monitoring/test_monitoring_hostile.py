@@ -540,18 +540,20 @@ def test_an_output_onto_the_store_is_refused(tmp_path, capsys, argv):
 
 
 # --------------------------------------------------------------------------- a store inside the command's inputs
-@pytest.mark.parametrize("where", ["predictions", "predictions/sub", "images", "sites.csv"])
+@pytest.mark.parametrize("where", ["predictions", "predictions/sub", "images", "sites.csv", "uncertainty"])
 def test_monitor_record_never_writes_the_store_into_its_inputs(tmp_path, capsys, where):
     """``monitor record TRI --db PRED/monitor.db`` created the store (and its journal) in the predictions folder the
     run read, which ``triage --monitor PRED/monitor.db`` refuses (inputs are never written to): the same check, one
     line, exit status 2, nothing written (a folder inside the predictions folder too). The folders of the images
     (their sidecars) and the sites table too; the triage folder is the store's place that ``triage -o OUT --monitor
-    OUT/monitor.db`` allows."""
+    OUT/monitor.db`` allows. The folder of the ``--uncertainty`` maps too (found by review: only seg and image
+    were checked)."""
     from monai_unc.io.files import save_nifti
 
-    preds, images = tmp_path / "predictions", tmp_path / "images"
+    preds, images, unc = tmp_path / "predictions", tmp_path / "images", tmp_path / "uncertainty"
     preds.mkdir()
     images.mkdir()
+    unc.mkdir()
     seg = np.zeros((4, 4, 3), np.uint8)
     seg[1:3, 1:3, 1] = 1
     save_nifti(seg, np.eye(4), str(preds / "c0.nii.gz"))
@@ -559,7 +561,8 @@ def test_monitor_record_never_writes_the_store_into_its_inputs(tmp_path, capsys,
     (tmp_path / "sites.csv").write_text("case,site\nc0,A\n")
     tri = write_triage(tmp_path / "triage_out", make_rule([0.1, 0.2]), [{"case": "c0", "score": 0.1}],
                        images={"c0": str(images / "c0_0000.nii.gz")}, segs={"c0": str(preds / "c0.nii.gz")},
-                       digest=True)
+                       digest=True, maps={"c0": {"predictive_entropy": str(unc / "c0_predictive_entropy.nii.gz")}})
+    save_nifti(seg.astype(np.float32), np.eye(4), str(unc / "c0_predictive_entropy.nii.gz"))
     (preds / "sub").mkdir()
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     db = tmp_path / where if where.endswith(".csv") else tmp_path / where / "monitor.db"
