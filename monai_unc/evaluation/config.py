@@ -94,9 +94,12 @@ def _argument_text(value: Any) -> str:
         return f"{type(value).__module__}.{type(value).__qualname__}(state_dict sha256={digest.hexdigest()})"
     pandas = sys.modules.get("pandas")
     if pandas is not None and isinstance(value, (pandas.Series, pandas.DataFrame)):  # its repr elides rows
-        hashed = pandas.util.hash_pandas_object(value, index=True).to_numpy()
+        try:
+            data = np.ascontiguousarray(pandas.util.hash_pandas_object(value, index=True).to_numpy()).tobytes()
+        except TypeError:  # unhashable cells (lists): their text, cell by cell
+            data = _argument_text(value.to_dict()).encode()
         labels = value.columns.tolist() if isinstance(value, pandas.DataFrame) else value.name
-        digest = hashlib.sha256(np.ascontiguousarray(hashed).tobytes() + repr(labels).encode()).hexdigest()
+        digest = hashlib.sha256(data + repr(labels).encode()).hexdigest()
         return f"pandas.{type(value).__name__}(shape={value.shape}, sha256={digest})"
     if isinstance(value, (tuple, list)):
         inner = ", ".join(_argument_text(v) for v in value)

@@ -331,6 +331,7 @@ def test_case_metric_names_of_tensors_frames_and_modules_name_their_contents():
     assert "dtype=bfloat16" in name(torch.ones(3, dtype=torch.bfloat16))
     assert name(torch.ones(3, dtype=torch.bfloat16)) != name(torch.zeros(3, dtype=torch.bfloat16))
     assert name(pd.Series(base, name="a")) != name(pd.Series(base, name="b"))
+    assert name(pd.Series([[1, 2], [3]])) != name(pd.Series([[1, 2], [4]]))  # unhashable cells
     torch.manual_seed(0)
     net_a, net_b = torch.nn.Linear(4, 1), torch.nn.Linear(4, 1)
     assert name(net_a) != name(net_b) and "sha256" in name(net_a)
