@@ -12,6 +12,7 @@ import inspect
 import math
 import os
 import re
+import sys
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -80,8 +81,26 @@ def _argument_text(value: Any) -> str:
         data = np.ascontiguousarray(value)
         digest = hashlib.sha256(data.tobytes() if data.dtype != object else repr(data.tolist()).encode()).hexdigest()
         return f"ndarray(shape={tuple(value.shape)}, dtype={value.dtype}, sha256={digest})"
-    if type(value).__module__ == "torch" and type(value).__name__ in ("Tensor", "Parameter"):
-        return "torch." + _argument_text(value.detach().cpu().numpy())
+    torch = sys.modules.get("torch")  # an argument can only be a tensor or a module where torch was imported
+    if torch is not None and isinstance(value, torch.Tensor):  # subclasses too: Parameter, MetaTensor (reprs elide)
+        data = value.detach().cpu().contiguous()
+        digest = hashlib.sha256(data.reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
+        dtype = str(value.dtype).removeprefix("torch.")  # as numpy's: the name of a float32 tensor stays as it was
+        return f"torch.ndarray(shape={tuple(value.shape)}, dtype={dtype}, sha256={digest})"
+    if torch is not None and isinstance(value, torch.nn.Module):  # its repr omits its weights
+        digest = hashlib.sha256()
+        for key, tensor in value.state_dict().items():
+            digest.update(f"{key}:{_argument_text(tensor)};".encode())
+        return f"{type(value).__module__}.{type(value).__qualname__}(state_dict sha256={digest.hexdigest()})"
+    pandas = sys.modules.get("pandas")
+    if pandas is not None and isinstance(value, (pandas.Series, pandas.DataFrame)):  # its repr elides rows
+        try:
+            data = np.ascontiguousarray(pandas.util.hash_pandas_object(value, index=True).to_numpy()).tobytes()
+        except TypeError:  # unhashable cells (lists): their text, cell by cell
+            data = _argument_text(value.to_dict()).encode()
+        labels = value.columns.tolist() if isinstance(value, pandas.DataFrame) else value.name
+        digest = hashlib.sha256(data + repr(labels).encode()).hexdigest()
+        return f"pandas.{type(value).__name__}(shape={value.shape}, sha256={digest})"
     if isinstance(value, (tuple, list)):
         inner = ", ".join(_argument_text(v) for v in value)
         return f"({inner}{',' if len(value) == 1 else ''})" if isinstance(value, tuple) else f"[{inner}]"
@@ -104,6 +123,9 @@ def _callable_text(fn: Any) -> str:
         return f"{fn.__func__.__module__}.{fn.__func__.__qualname__} of {_argument_text(fn.__self__)}"
     if isinstance(fn, type) or inspect.isroutine(fn):
         return f"{getattr(fn, '__module__', None)}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(fn, torch.nn.Module):  # by its weights: its repr omits them
+        return _argument_text(fn)
     # an object with __call__: its class and its state as its repr gives it
     return f"{type(fn).__module__}.{type(fn).__qualname__} {fn!r}"
 
@@ -115,15 +137,20 @@ def callable_name(fn: Callable[..., Any]) -> str:
     :class:`functools.partial` by its class and the name of what it wraps followed by its positional arguments and
     its keywords in name order (``functools.partial(mod.fn, 0.3, threshold=0.7)``; nested partials likewise); a bound
     method by its function and what it is bound to (``mod.Class.method of <repr>``); any other callable object by its
-    class and its ``repr``. An argument is written as its ``repr``, a function by its name, a numpy array or a torch
-    tensor by its shape, dtype and the sha256 of its bytes (its repr elides the middle of a long one), and tuples,
-    lists, dicts and sets element by element.
+    class and its ``repr`` (a :class:`torch.nn.Module` by its class and the sha256 of its ``state_dict``, which its
+    repr omits). An argument is written as its ``repr``, a function by its name, a numpy array or a torch tensor (any
+    subclass: a ``Parameter``, a MONAI ``MetaTensor``; any dtype, bfloat16 included) by its shape, dtype and the
+    sha256 of its bytes (its repr elides the middle of a long one), a pandas ``Series`` or ``DataFrame`` by its shape
+    and the sha256 of :func:`pandas.util.hash_pandas_object` (index included) with its name or columns, a
+    :class:`torch.nn.Module` as above, and tuples, lists, dicts and sets element by element.
 
     Arguments whose text holds a memory address (``' at 0x'``: an object with the default ``repr``) name nothing
     another run can repeat: the address is left out (ranks of one job still compare the function and the argument's
     type) and the name ends in :data:`UNREPEATABLE`, so that a per-case state saved under it is never reused (every
-    case is computed again). The body of a function is not part of its name: changing it under the same name is not
-    seen.
+    case is computed again, and :func:`~monai_unc.evaluation.resume.case_cache` warns once per run naming the
+    metric). So is a callable object or a bound method of an object with the default ``repr``: a function, or a
+    :class:`functools.partial` of one over plain values, is resumed. The body of a function is not part of its name:
+    changing it under the same name is not seen.
 
     Args:
         fn: the callable.
@@ -298,8 +325,11 @@ class EvaluationConfig:
             ``regions.per_region.<name>.case_metrics``). A name is letters, digits and ``_``; the functions'
             qualified names, with the arguments a :class:`functools.partial` binds, are part of the resume fingerprint
             (:attr:`case_metric_names`, :func:`callable_name`), so changing the metric set or a bound argument
-            recomputes the cases (changing a function's body under the same name does not; a metric bound to an
-            argument whose repr holds a memory address is never resumed).
+            recomputes the cases (changing a function's body under the same name does not). A callable object or a
+            bound method of an object with the default repr, or a metric bound to an argument whose repr holds a
+            memory address, is never resumed: its cases are computed again on every run, with one warning per run
+            naming the metric; a function, or a :class:`functools.partial` of one over plain values (numbers,
+            strings, arrays, tensors), or a class whose ``__repr__`` names its state is resumed.
         products: the cohort products to compute besides the evaluation's own metrics (:mod:`monai_unc.product`):
             instances of registered :class:`~monai_unc.product.CohortProduct` subclasses, with distinct names. Each
             one's per-case state is computed and resumed with the case, its artifact fitted on the calibration cases

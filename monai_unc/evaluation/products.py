@@ -383,18 +383,30 @@ def remove_case_files(output: str | os.PathLike, keep: Sequence[str] = ()) -> No
 
     Returns:
         None.
+
+    Several processes may remove the same files at once (each rank of a distributed rerun removes an earlier run's
+    outputs before it writes a map): a file or folder another one removed first is skipped.
     """
     root = owned_folder(output, PRODUCTS_DIR)  # not a link, nor a product's folder in it: their files are removed
-    if not root.is_dir():
+    try:
+        folders = sorted(p for p in root.iterdir() if p.is_dir())
+    except (FileNotFoundError, NotADirectoryError):
         return
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+    for folder in folders:
         owned_folder(root, folder.name)  # a product's files are written there too
         if folder.name in keep:
             continue
-        for f in folder.iterdir():
+        try:
+            files = list(folder.iterdir())
+        except FileNotFoundError:  # another process removed it first
+            continue
+        for f in files:
             if f.is_file():
                 f.unlink(missing_ok=True)
-        folder.rmdir()
+        try:
+            folder.rmdir()
+        except FileNotFoundError:
+            pass
 
 
 def write_case_files(output: str | os.PathLike, config: EvaluationConfig, written: Mapping[str, Path],

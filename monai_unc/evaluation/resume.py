@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -452,6 +453,25 @@ def _resumable(restore: Callable[[Path, dict[str, Any], Any], Any]) -> Callable[
     return restore_repeatable
 
 
+def _same_maps(saved: Mapping[str, str], expected: Mapping[str, str]) -> bool:
+    """Whether the derived maps a state names are those a run writing them to the expected paths needs.
+
+    A path is the same spelled the same, or where both name one existing file (the output folder reached through a
+    symbolic link or ``..``: :func:`os.path.samefile`).
+    """
+    if set(saved) != set(expected):
+        return False
+    for measure, path in expected.items():
+        if saved[measure] == path:
+            continue
+        try:
+            if not os.path.samefile(saved[measure], path):
+                return False
+        except OSError:  # a file that does not exist (or cannot be read): not the same
+            return False
+    return True
+
+
 def _with_derived_maps(restore: Callable[[Path, dict[str, Any], Any], Any],
                        maps: Path) -> Callable[[Path, dict[str, Any], Any], Any]:
     """``restore`` refusing a state that does not name the derived maps a run writing them to ``maps`` needs.
@@ -460,13 +480,15 @@ def _with_derived_maps(restore: Callable[[Path, dict[str, Any], Any], Any],
     (``<output>/maps``: :func:`~monai_unc.evaluation.rows.derived_map_path`, one per
     :data:`~monai_unc.evaluation.rows.DERIVED_MEASURES`); a state saved without them (by
     :func:`~monai_unc.evaluation.runner.evaluate_shard`, which writes no map, or naming another folder's) is refused
-    (``KeyError``: the case is computed again, and its maps written), never reused without its maps.
+    (``KeyError``: the case is computed again, and its maps written), never reused without its maps. A map path is
+    the same where it is spelled the same or names the same existing file (the output folder reached through a
+    symbolic link or ``..``: :func:`_same_maps`).
     """
     def restore_with_maps(state_folder: Path, doc: dict[str, Any], item: Any) -> Any:
         if isinstance(item, CaseFiles) and not item.maps and item.probs is not None:
             expected = {m: str(derived_map_path(maps, item.case_id, m)) for m in DERIVED_MEASURES}
             saved = _record_derived(doc)
-            if not isinstance(saved, Mapping) or {str(k): str(v) for k, v in saved.items()} != expected:
+            if not isinstance(saved, Mapping) or not _same_maps({str(k): str(v) for k, v in saved.items()}, expected):
                 raise KeyError(f"the saved state of case {item.case_id!r} does not name the maps derived into {maps}")
         return restore(state_folder, doc, item)
 
@@ -510,7 +532,7 @@ def case_cache(folder: str | os.PathLike, config: EvaluationConfig,
     ``<case>.npz``, every state of the case (histograms, the products' states), then ``<case>.json``
     (row, warnings, fingerprint; written last, it marks the case finished). A state saved under a case metric whose
     name ends in :data:`~monai_unc.evaluation.config.UNREPEATABLE` (a bound argument no run can repeat) is never
-    reused.
+    reused, and building the cache warns once naming each such metric (its cases are computed again on every run).
 
     Which derived maps a case's state names is part of what makes it reusable: with ``maps`` (the folder the run
     writes the maps derived from the probabilities of a case without map files to, ``<output>/maps`` of
@@ -528,6 +550,14 @@ def case_cache(folder: str | os.PathLike, config: EvaluationConfig,
     Returns:
         The :class:`~monai_unc.engine.CaseCache`.
     """
+    for metric, name in sorted((config.case_metric_names or {}).items()):
+        if str(name).endswith(UNREPEATABLE):
+            warnings.warn(f"case metric {metric!r} is not resumable: it is a callable object, a bound method or a "
+                          "functools.partial whose text holds a memory address (the default repr), so no run can "
+                          "tell it from another one, and its cases are computed again on every run; to resume them "
+                          "give a function, or a functools.partial of one over plain values (numbers, strings, "
+                          "arrays, tensors), or a class with a __repr__ that names its state", UserWarning,
+                          stacklevel=2)
     dump, restore = _hooks(maps)
     return CaseCache(folder, lambda files: case_fingerprint(files, config), dump=dump, restore=restore)
 

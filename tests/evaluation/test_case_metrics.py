@@ -295,6 +295,38 @@ def test_a_partial_of_an_argument_without_repeatable_text_is_never_resumed(class
     assert len(CALLS) == 3
 
 
+class _ThresholdObject:
+    """A metric object with the default repr (``<... object at 0x...>``): nothing names its state."""
+
+    def __call__(self, task):
+        return threshold_value(task, 0.5)
+
+    def method(self, task):
+        return threshold_value(task, 0.5)
+
+
+def test_a_metric_never_resumed_says_so_once_per_run(classes, tmp_path):
+    """Found by hostile review: a callable object (or a bound method of one) with the default repr is named with
+    its address, so its cases were computed again on every run without a word: one warning per run names it."""
+    out = tmp_path / "ev"
+    for metric in (_ThresholdObject(), _ThresholdObject().method):
+        for _ in range(2):
+            CALLS.clear()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                run_evaluate(classes["labels"], classes["predictions"], out,
+                             EvaluationConfig(case_metrics={"obj": metric, "plain": volume_error}), progress=False)
+            said = [str(w.message) for w in caught if "not resumable" in str(w.message)]
+            assert len(said) == 1 and "'obj'" in said[0] and "'plain'" not in said[0], said
+            assert "computed again on every run" in said[0] and "functools.partial" in said[0]
+            assert len(CALLS) >= 3  # every case computed again
+    with warnings.catch_warnings(record=True) as caught:  # a resumable metric: no such warning
+        warnings.simplefilter("always")
+        run_evaluate(classes["labels"], classes["predictions"], out,
+                     EvaluationConfig(case_metrics={"plain": volume_error}), progress=False)
+    assert not [w for w in caught if "not resumable" in str(w.message)]
+
+
 def _partial_rank(rank: int, port: int, labels: Path, pred: Path, out: Path, logs: Path) -> None:
     """One forked rank of a 2-rank job whose ranks bind another threshold: what it raised, in ``logs/rank<r>``."""
     os.environ.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",

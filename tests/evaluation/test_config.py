@@ -305,3 +305,35 @@ def test_region_suffix_keeps_every_scripts_letters_as_slug_does():
     assert "region_columns" not in case_config_fingerprint(EvaluationConfig(regions={"WT": [1, 2], "ET": [2]}))
     got = case_config_fingerprint(EvaluationConfig(regions={"Ödem 2": [1, 2], "ET": [2]}))
     assert got["region_columns"] == ["dice_Ödem_2", "dice_ET"]
+
+
+def test_case_metric_names_of_tensors_frames_and_modules_name_their_contents():
+    """A torch tensor subclass (a Parameter, a MONAI MetaTensor), a pandas object and an nn.Module were named by
+    their repr, which elides the middle of a long one or omits the weights: other arguments, the same name."""
+    import pandas as pd
+    import torch
+    from monai.data import MetaTensor
+
+    base = np.zeros(5000, np.float32)
+    other = base.copy()
+    other[2500] = 1.0
+
+    def name(value: object) -> str:
+        return EvaluationConfig(case_metrics={"m": functools.partial(_threshold_metric, threshold=value)}
+                                ).case_metric_names["m"]
+
+    for make in (torch.from_numpy, lambda x: torch.nn.Parameter(torch.from_numpy(x), requires_grad=False),
+                 lambda x: MetaTensor(torch.from_numpy(x)), pd.Series, lambda x: pd.DataFrame({"w": x})):
+        a, b = name(make(base)), name(make(other))
+        assert a != b and "sha256" in a and not a.endswith(UNREPEATABLE) and a == name(make(base.copy()))
+    # a plain float32 tensor keeps the name of earlier versions; a bfloat16 one (no numpy dtype) is named too
+    assert "torch.ndarray(shape=(5000,), dtype=float32, sha256=" in name(torch.from_numpy(base))
+    assert "dtype=bfloat16" in name(torch.ones(3, dtype=torch.bfloat16))
+    assert name(torch.ones(3, dtype=torch.bfloat16)) != name(torch.zeros(3, dtype=torch.bfloat16))
+    assert name(pd.Series(base, name="a")) != name(pd.Series(base, name="b"))
+    assert name(pd.Series([[1, 2], [3]])) != name(pd.Series([[1, 2], [4]]))  # unhashable cells
+    torch.manual_seed(0)
+    net_a, net_b = torch.nn.Linear(4, 1), torch.nn.Linear(4, 1)
+    assert name(net_a) != name(net_b) and "sha256" in name(net_a)
+    modules = EvaluationConfig(case_metrics={"a": net_a, "b": net_b}).case_metric_names
+    assert modules["a"] != modules["b"] and modules["a"].startswith("torch.nn.modules.linear.Linear(")

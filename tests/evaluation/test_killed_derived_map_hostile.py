@@ -111,3 +111,32 @@ def test_a_rerun_killed_after_writing_a_map_leaves_no_earlier_summary(tmp_path, 
         assert sorted(digests) == ["one_minus_max_prob", "predictive_entropy"]
         for measure, digest in digests.items():
             assert hashlib.sha256((out / "maps" / f"{cid}_{measure}.nii.gz").read_bytes()).hexdigest() == digest
+
+
+def test_a_resume_through_another_path_to_the_output_folder_reuses_the_derived_maps(tmp_path):
+    """Found by hostile review: the same output folder reached through a symbolic link (an HPC home folder, macOS
+    ``/tmp``) or ``..`` recomputed every case without map files: the saved map paths were compared as text."""
+    import os
+
+    import numpy as np
+
+    calls = []
+
+    def counted(task):
+        calls.append(1)
+        return float(np.count_nonzero(task.pred))
+
+    data = write_toy_cohort(tmp_path / "data", n_cases=3, shape=(8, 8, 8))
+    _without_map_files(data)
+    (tmp_path / "real").mkdir()
+    os.symlink(tmp_path / "real", tmp_path / "alias")
+    config = EvaluationConfig(spatial=False, case_metrics={"fg": counted})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        run_evaluate(data["labels"], data["predictions"], tmp_path / "real" / "ev", config)
+        assert len(calls) == 3
+        for out in (tmp_path / "alias" / "ev", tmp_path / "data" / ".." / "real" / "ev"):
+            calls.clear()
+            run_evaluate(data["labels"], data["predictions"], out, config)
+            assert calls == [], out
+    assert (tmp_path / "real" / "ev" / "metrics.csv").is_file()

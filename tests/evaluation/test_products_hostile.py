@@ -642,3 +642,29 @@ def test_conformal_compares_the_records_of_the_uncertainty_folder(tmp_path, monk
     with pytest.raises(_Stop):
         report.triage_with_page(pred, None, tmp_path / "out", layout="nnunet", uncertainty=unc, conformal_rule=doc,
                                 progress=False)
+
+
+@pytest.mark.parametrize("step", ["iterdir", "unlink", "rmdir"])
+def test_remove_case_files_survives_a_concurrent_remover(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         step: str) -> None:
+    """Each rank of a distributed rerun removes an earlier run's product case files: one removed them first."""
+    import shutil
+
+    from monai_unc.evaluation.products import remove_case_files
+
+    for name in ("conformal", "lesions"):
+        (tmp_path / "products" / name).mkdir(parents=True)
+        for i in range(3):
+            (tmp_path / "products" / name / f"c{i}_mask.nii.gz").write_bytes(b"x")
+    original = getattr(Path, step)
+
+    def raced(self: Path, *args: Any, **kwargs: Any) -> Any:  # the other rank removed the folder just before
+        folder = self if step != "unlink" else self.parent
+        if folder.parent.name == "products" and folder.exists():
+            shutil.rmtree(folder)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, step, raced)
+    remove_case_files(tmp_path)
+    monkeypatch.undo()
+    assert list((tmp_path / "products").iterdir()) == []
