@@ -559,13 +559,9 @@ def iou(
     ``empty_score``).
 
     Args:
-        pred: predicted label maps ``(B, *spatial)`` or ``(B, 1, *spatial)``
-            (0 = background). A 3D one-hot map ``(B, C, H, W, D)``, as MONAI's ``compute_dice`` takes it, is
-            refused (``ValueError``: a 5D map of 0 and 1 with ``C >= 2``; binary label maps of 4 spatial axes are
-            given as ``(B, 1, *spatial)``): pass its argmax over the channels with ``num_classes=C``. A 2D one-hot
-            map ``(B, C, H, W)`` has the shape and values of binary 3D label maps and is read as those: pass label
-            maps.
-        target: reference label maps of the same shape, refused in the same way.
+        pred: predicted label maps ``(B, *spatial)`` or ``(B, 1, *spatial)`` (0 = background); a 3D one-hot
+            map is refused as in :func:`dice`.
+        target: reference label maps of the same shape.
         num_classes: classes including background; default ``max label + 1``. At most ``2**24`` (``ValueError``
             naming the map with a larger label: relabel both maps to consecutive labels first).
         include_background: also report class 0 (first column); ``True`` or ``False`` (``TypeError`` otherwise).
