@@ -1154,7 +1154,7 @@ def seeded_rng(seed: int, devices: Sequence[torch.device | int]) -> Iterator[Non
     every GPU (and, before CUDA is initialised, queues that reseeding for its initialisation), while
     ``torch.random.fork_rng`` restores only the devices it is given, so a seeded call on the CPU left the caller's GPU
     streams reseeded (in earlier versions). A call on the CPU alone (no CUDA device) holds :class:`PortableDraws`:
-    its dropout masks are the same on every CPU (torch's own draws with Intel MKL's generator on an Intel CPU).
+    its dropout masks are the same on every CPU (torch's own may draw with Intel MKL's generator on an Intel CPU).
 
     Args:
         seed: the seed (checked by :func:`check_seed`).
@@ -1310,9 +1310,10 @@ class PortableDraws(torch.overrides.TorchFunctionMode):
     """Dropout masks of CPU tensors drawn alike on every CPU: within the block, torch's dropout functions and
     ``bernoulli_(p)`` / ``torch.bernoulli(x, p)`` with a number ``p`` draw with a tensor probability.
 
-    PyTorch draws a CPU dropout mask (``bernoulli_`` with a number ``p``) with Intel MKL's generator on an Intel CPU
-    and with its own Mersenne Twister on any other (AMD, ARM), so the same seed gives other masks on an Intel machine
-    (PyTorch issues #84030, #121595). ``bernoulli_`` with a tensor probability always draws from torch's own
+    PyTorch's CPU kernel for a dropout mask (``bernoulli_`` with a number ``p``) has a path that draws with Intel
+    MKL's generator on an Intel CPU and with its own Mersenne Twister on any other (AMD, ARM), where the same seed
+    gives other masks (PyTorch issues #84030, #121595; whether it is taken depends on the build and the machine).
+    ``bernoulli_`` with a tensor probability always draws from torch's own
     generator: masks, scaling and arithmetic stay those of ATen's CPU dropout (on a non-Intel CPU the results are
     bit for bit torch's own), drawn the same on every CPU. Covered: ``F.dropout``, ``F.dropout1d/2d/3d``,
     ``F.alpha_dropout``, ``F.feature_alpha_dropout``, ``torch.dropout`` and its kin (in place too), and the masks of

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -34,9 +33,17 @@ class _Ops(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _intel_cpu() -> bool:
-    cpuinfo = Path("/proc/cpuinfo")
-    return not cpuinfo.is_file() or "GenuineIntel" in cpuinfo.read_text(errors="replace")
+def _torch_draws_another_way() -> bool:
+    """Whether torch's own CPU dropout draws other masks than the reference on this machine (Intel MKL's generator).
+
+    Measured, not read from the CPU's vendor: on a virtualised Intel Xeon (AVX-512) torch 2.14's own masks equalled
+    the reference, and a test skipped for every Intel CPU skipped there what it could check.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        own = torch.nn.functional.dropout(torch.ones(4096), 0.5) != 0
+        torch.manual_seed(0)
+        return not torch.equal(own, torch.rand(4096, dtype=torch.float64) < 0.5)
 
 
 def _keep(shape: tuple[int, ...], p: float) -> torch.Tensor:
@@ -104,7 +111,7 @@ _CALLS = {
 }
 
 
-@pytest.mark.skipif(_intel_cpu(), reason="torch's own CPU masks come from Intel MKL's generator on an Intel CPU")
+@pytest.mark.skipif(_torch_draws_another_way(), reason="torch's own CPU masks come from Intel MKL's generator here")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 @pytest.mark.parametrize("call", list(_CALLS))
 def test_every_call_is_bit_for_bit_torchs_own_on_a_cpu_whose_torch_draws_without_mkl(call, dtype):

@@ -468,10 +468,6 @@ def run_calibrate(
     out = Path(output)
     if not out.name.endswith((".pt", ".pth")):
         raise ValueError(f"--output must be a .pt or .pth file, got {out}")
-    twin = out.with_suffix(".pth" if out.suffix == ".pt" else ".pt")
-    if twin.is_file():  # found by review: cal.pth's record replaced cal.pt's (cal.json), cal.pt kept its own
-        raise ValueError(f"--output {out}: its record {out.with_suffix('.json').name} is also the record of {twin}, "
-                         f"which is there; choose another name, or remove {twin.name} first")
     for folder, parameter, kind in ((images, "input", "images"), (labels, "labels", "labels")):
         input_folder(folder, parameter, f"--{parameter} folder")
         refuse_dataset_root(folder, parameter, f"--{parameter} folder", kind)  # imagesTr/, labelsTr/: the sub-folder
@@ -481,6 +477,10 @@ def run_calibrate(
     inputs = (images, labels, checkpoint, spec_file, bundle, regions_file)
     check_output_file(out, *inputs, what="--output")
     check_output_file(out.with_suffix(".json"), *inputs, what="record of --output")
+    twin = out.with_suffix(".pth" if out.suffix == ".pt" else ".pt")
+    if twin.is_file():  # found by review: cal.pth's record replaced cal.pt's (cal.json), cal.pt kept its own
+        raise ValueError(f"--output {out}: its record {out.with_suffix('.json').name} is also the record of {twin}, "
+                         f"which is there; choose another name, or remove {twin.name} first")
     loaded = load_network(model=model, bundle=bundle, network=network,
                           checkpoints=[checkpoint] if checkpoint else [], unsafe_load=unsafe_load,
                           device=device, bundle_preprocessing=False, allow_code=allow_code)

@@ -79,10 +79,10 @@ def test_a_second_evaluate_into_a_busy_folder_is_refused(cohort, tmp_path, monke
     real = runner._evaluate_record
     second: list[tuple[int, str]] = []
 
-    def case_then_second_run(files, config, maps=None):
+    def case_then_second_run(files, config, *rest):
         if not second:  # while the first run is inside its cases: the same command into the same folder
             second.append(other_process(_evaluate_argv(cohort, out)))
-        return real(files, config, maps)
+        return real(files, config, *rest)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)

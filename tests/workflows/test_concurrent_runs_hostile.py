@@ -47,8 +47,8 @@ def test_predictions_rewritten_while_evaluate_reads_them_are_refused(cohort, tmp
     real = runner._evaluate_record
     seen: list[str] = []
 
-    def case_then_other_run(files, config, maps=None):
-        result = real(files, config, maps)
+    def case_then_other_run(files, config, *rest):
+        result = real(files, config, *rest)
         if not seen:  # another run replaces the last case's prediction while this one is inside its cases
             _rewrite(sorted(preds.glob("*_seg.nii.gz"))[-1])
         seen.append(files.case_id)

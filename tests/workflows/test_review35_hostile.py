@@ -72,8 +72,8 @@ def test_evaluate_beside_an_infer_of_other_cases(tmp_path, monkeypatch, capsys):
     real = runner._evaluate_record
     seen: list[str] = []
 
-    def case_then_other_infer(files, config, maps=None):
-        result = real(files, config, maps)
+    def case_then_other_infer(files, config, *rest):
+        result = real(files, config, *rest)
         if not seen:  # a colleague's infer of another case, same settings, still running (its end not reached)
             with monkeypatch.context() as m:
                 m.setattr(infer_module, "record_outputs", lambda output, records: None)
