@@ -408,15 +408,15 @@ def train_ssn(
             loss = F.cross_entropy(net.head.mean_logits(net.features(x)), y)
         else:
             loss = loss_fn(net(x), y)
-        loss_value = loss.detach()
-        if not bool(torch.isfinite(loss_value)):  # as train_tissue_model's losses: nothing is saved
-            raise ValueError(f"the training loss is not finite at iteration {it} ({loss_value.item()}); the network "
+        loss_value = float(loss.detach())  # one read of the loss a step: the check and the record's curve
+        if not math.isfinite(loss_value):  # as train_tissue_model's losses: nothing is saved
+            raise ValueError(f"the training loss is not finite at iteration {it} ({loss_value}); the network "
                              "diverged and is not saved (try a smaller lr or noise_std)")
         loss.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), 12.0)
         opt.step()
         sched.step()
-        losses.append(float(loss.detach()))
+        losses.append(loss_value)
     seconds = time.time() - start
     ssn_losses = losses[mean_only_iterations:]
     k = max(1, len(ssn_losses) // 10)
