@@ -348,7 +348,9 @@ def _attach_files(result: CaseResult, files: CaseFiles | None) -> CaseResult:
 def map_digest_hooks(dump: Callable[[Path, str, Any], dict[str, Any]],
                      restore: Callable[[Path, dict[str, Any], Any], Any],
                      derived_of: Callable[[dict[str, Any]], Mapping[str, Any]],
-                     folder: str | os.PathLike | None = None) -> tuple[Callable[..., Any], Callable[..., Any]]:
+                     folder: str | os.PathLike | None = None,
+                     digests_of: Callable[[dict[str, Any]], Mapping[str, str]] | None = None,
+                     ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """``dump`` / ``restore`` hooks of a case cache that also record, and check, the sha256 of each derived map.
 
     The one check of ``evaluate``'s and ``triage``'s resume state (:class:`~monai_unc.engine.CaseCache`).
@@ -374,6 +376,9 @@ def map_digest_hooks(dump: Callable[[Path, str, Any], dict[str, Any]],
         derived_of: ``derived_of(doc) -> {measure: file}``: the derived maps a state's JSON fields name (the fields
             ``dump`` returned, or those read back); ``{}`` for a case that has map files of its own.
         folder: the folder the names are relative to (``triage``: ``<output>/maps``), or None: the names are paths.
+        digests_of: ``digests_of(doc) -> {file as named: sha256 hex}`` of the maps whose digest the result already
+            carries (``evaluate``'s record: taken when the maps were written), which ``dump`` takes instead of
+            reading those files again; None: ``dump`` reads every map.
 
     Returns:
         ``(dump, restore)``.
@@ -406,7 +411,8 @@ def map_digest_hooks(dump: Callable[[Path, str, Any], dict[str, Any]],
 
     def dump_with_maps(state_folder: Path, case_id: str, result: Any) -> dict[str, Any]:
         doc = dump(state_folder, case_id, result)
-        doc["maps_sha256"] = {name: file_sha256(p) for name, p in files(doc).items()}
+        known = {} if digests_of is None else digests_of(doc)
+        doc["maps_sha256"] = {name: known[name] if name in known else file_sha256(p) for name, p in files(doc).items()}
         return doc
 
     def restore_checking_maps(state_folder: Path, doc: dict[str, Any], item: Any) -> Any:
@@ -432,6 +438,16 @@ def _record_derived(doc: dict[str, Any]) -> Mapping[str, Any]:
     if not isinstance(record, dict):
         raise TypeError(f"the saved record of case {doc.get('case')!r} is not an object")
     return record.get("derived") or {}
+
+
+def _record_derived_digests(doc: dict[str, Any]) -> dict[str, str]:
+    """``{path: sha256 hex}`` of the derived maps whose digest an evaluation record carries.
+
+    Its ``derived_sha256``, taken when evaluate wrote the maps: the state's ``maps_sha256`` need not read them again.
+    """
+    record = doc["record"]
+    digests = record.get("derived_sha256") or {}
+    return {str(path): str(digests[m]) for m, path in (record.get("derived") or {}).items() if m in digests}
 
 
 def _resumable(restore: Callable[[Path, dict[str, Any], Any], Any]) -> Callable[[Path, dict[str, Any], Any], Any]:
@@ -516,7 +532,8 @@ def _with_map_digests(restore: Callable[[Path, dict[str, Any], Any], Any]
 
 def _hooks(maps: str | os.PathLike | None = None) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """The ``dump`` / ``restore`` hooks of an evaluation's per-case states (``maps``: the folder of derived maps)."""
-    dump, restore = map_digest_hooks(*record_cache_hooks(CaseResult, _attach_files), _record_derived)
+    dump, restore = map_digest_hooks(*record_cache_hooks(CaseResult, _attach_files), _record_derived,
+                                     digests_of=_record_derived_digests)
     restore = _with_map_digests(restore)
     if maps is not None:
         restore = _with_derived_maps(restore, Path(maps))

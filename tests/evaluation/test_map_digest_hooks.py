@@ -112,3 +112,36 @@ def test_a_swapped_derived_map_is_computed_again_by_evaluate_and_by_triage(tmp_p
         assert {p.name: p.read_bytes() for p in maps.iterdir()} == fresh, out.name
         # only the tampered case was computed again: the other cases' maps were not written again
         assert {p.name: p.stat().st_mtime_ns for p in maps.iterdir() if p.name in untouched} == untouched
+
+
+def test_evaluate_reads_each_derived_map_once_for_its_digests(tmp_path, monkeypatch):
+    """The digest of a map evaluate derives is taken once, when it is written (the record's ``derived_sha256``, which
+    the report checks): the state's ``maps_sha256`` reuses it instead of reading the file again, and equals
+    ``hashlib``'s digest of each file (so a rerun still checks the maps against it)."""
+    from monai_unc.evaluation import resume, runner
+
+    a = write_toy_cohort(tmp_path / "A", n_cases=3, shape=(8, 8, 8), seed=1)
+    for p in a["predictions"].glob("*_predictive_entropy.nii.gz"):
+        p.unlink()  # probabilities only: evaluate derives the maps
+    ev = tmp_path / "ev"
+    reads: dict[str, int] = {}
+
+    def counting(real):
+        def sha(path):
+            reads[str(path)] = reads.get(str(path), 0) + 1
+            return real(path)
+        return sha
+
+    monkeypatch.setattr(runner, "file_sha256", counting(runner.file_sha256))
+    monkeypatch.setattr(resume, "file_sha256", counting(resume.file_sha256))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert cli.main(["evaluate", "-l", str(a["labels"]), "-p", str(a["predictions"]), "-o", str(ev),
+                         "--no-spatial", "-q"]) == 0
+    maps = sorted((ev / "maps").glob("*.nii*"))
+    assert maps and all(reads.get(str(p)) == 1 for p in maps), reads
+    states = [d for d in (json.loads(p.read_text()) for p in (ev / "state").rglob("*.json"))
+              if isinstance(d, dict) and "maps_sha256" in d]
+    assert len(states) == 3
+    for doc in states:
+        assert doc["maps_sha256"] and all(v == _sha(Path(k)) for k, v in doc["maps_sha256"].items())
