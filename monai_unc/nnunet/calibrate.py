@@ -160,9 +160,8 @@ def calibrate_model_folder(
         :attr:`~monai_unc.temperature.TemperatureScaler.not_converged`; a per-region NLL fit of a region-based model
         adds ``"region_not_converged"``, one entry per region, see
         :attr:`~monai_unc.temperature.TemperatureScaler.region_not_converged`), also written to ``temperature.json``.
-        The
-        NLLs are per voxel; for a region-based model the sum over the regions of each region's mean binary NLL (as
-        :class:`~monai_unc.temperature.TemperatureScaler` fits it), so two regions' values are about twice one
+        The NLLs are per voxel; for a region-based model the sum over the regions of each region's mean binary NLL
+        (as :class:`~monai_unc.temperature.TemperatureScaler` fits it), so two regions' values are about twice one
         region's.
 
     Raises:
